@@ -110,3 +110,22 @@ def test_the_mooncake_window_replays_rows_1000_to_5999_in_virtual_time(tmp_path)
     trace = orjson.loads((Path(result.run_dir or "") / "manifest.json").read_bytes())["trace"]
     assert (trace["window"]["offset"], trace["window"]["count"]) == (1000, 5000)
     assert len(trace["sha256"]) == 64
+
+
+def test_an_azure_window_is_read_as_a_stream_and_recorded(tmp_path):
+    """trace.offset/max_items on an azure file reach the reader, which reads only up to the
+    window's end (docs/trace-bounds.md, "A window of a large file"); the manifest says so."""
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+        f"2024-05-12 00:00:{i:02d}.000000+00:00,{100 + i},5" for i in range(40)]
+    path = tmp_path / "week.csv"
+    path.write_text("\n".join(rows) + "\n")
+    cfg = RunConfig.from_dict({"trace": {"path": str(path), "offset": 30, "max_items": 4}})
+    w = load_workload(cfg)
+    assert [u.unit_id for u in w.units] == [f"azure_{i}" for i in range(30, 34)]
+    assert [u.arrival_ms for u in w.units] == [30_000.0, 31_000.0, 32_000.0, 33_000.0]
+    m = base_manifest(cfg, w, build_plan(cfg, w), "run").to_dict()
+    assert m["trace"]["window"]["read"] == "stream"
+    assert m["trace"]["window"]["units_in_file"] is None
+    bad = {"trace": {"path": str(path), "max_items": 4, "options": {"window": [0, 1]}}}
+    with pytest.raises(ConfigError, match="trace option 'window' is no reader option"):
+        load_workload(RunConfig.from_dict(bad))

@@ -14,6 +14,7 @@ import pytest
 from trace_files import trace_error, write_trace
 
 from workbench.errors import TraceFormatError
+from workbench.traces._io import WINDOW_HINT
 from workbench.traces.bounds import MAX_HEAD_BYTES
 from workbench.traces.load import load_trace
 
@@ -353,7 +354,7 @@ def test_a_file_past_the_size_bound_is_the_same_error_detected_or_named(tmp_path
     path = tmp_path / "big.jsonl"
     path.write_bytes(b"\x00" * 2000)
     rule = ("file is larger than the bound of 1,000 bytes (2,000 bytes or more; "
-            "docs/trace-bounds.md)")
+            "docs/trace-bounds.md)" + WINDOW_HINT)
     assert _both(path, "weka") == ((0, rule), (0, rule))
 
 

@@ -36,6 +36,7 @@ FIXTURE_FORMATS = {
     "text-datasets/sharegpt_constructed.json": "sharegpt",
     "text-datasets/aiperf_single_turn_constructed.jsonl": "aiperf-single-turn",
     "text-datasets/aiperf_multi_turn_constructed.jsonl": "aiperf-multi-turn",
+    "text-datasets/aiperf_random_pool_constructed.jsonl": "aiperf-random-pool",
     "bailian_chains.jsonl": "bailian",
     "dynamo_trace.jsonl": "dynamo",
     "independent_requests.csv": "independent",
@@ -125,13 +126,15 @@ def test_sniffers_refuse_nothing_like_them():
 # ---------------------------------------------------------------- corruption property
 
 MY_FORMATS = ["independent", "mooncake", "trajectory", "abench", "dynamo", "azure", "burstgpt",
-              "sharegpt", "aiperf-single-turn", "aiperf-multi-turn"]
+              "sharegpt", "aiperf-single-turn", "aiperf-multi-turn", "aiperf-random-pool"]
 _VALID = {
     "sharegpt": (FIXTURES / "text-datasets/sharegpt_constructed.json").read_bytes(),
     "aiperf-single-turn": (FIXTURES / "text-datasets/aiperf_single_turn_constructed.jsonl"
                            ).read_bytes(),
     "aiperf-multi-turn": (FIXTURES / "text-datasets/aiperf_multi_turn_constructed.jsonl"
                           ).read_bytes(),
+    "aiperf-random-pool": (FIXTURES / "text-datasets/aiperf_random_pool_constructed.jsonl"
+                           ).read_bytes(),
     "azure": (FIXTURES / "serving-traces/azure_2024_notebook.csv").read_bytes(),
     "burstgpt": (FIXTURES / "serving-traces/burstgpt_constructed.csv").read_bytes(),
     "independent": (FIXTURES / "independent_requests.csv").read_bytes(),

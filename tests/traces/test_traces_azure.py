@@ -4,6 +4,7 @@ independent one-round units in file order (docs/trace-formats.md, "azure")."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 from pathlib import Path
 
@@ -157,3 +158,87 @@ def test_a_spreadsheet_export_with_quoted_names_is_detected(tmp_path):
     assert detect_format(p) == "azure"
     (r,) = load_trace(p).units[0].rounds
     assert (r.input_len, r.output_len) == (374, 44)
+
+
+# -- a window of a file past the bounds (docs/trace-bounds.md, "A window of a large file") --
+
+
+def _week(n: int, *, empty_at: int = -1, zero_out_at: int = -1) -> str:
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for i in range(n):
+        prompt = 0 if i == empty_at else 100 + i
+        out = 0 if i == zero_out_at else 7
+        rows.append(f"2024-05-12 00:00:{i // 1000:02d}.{i % 1000:03d}000+00:00,{prompt},{out}")
+    return "\n".join(rows) + "\n"
+
+
+def test_a_window_is_read_without_the_rest_and_equals_the_whole_files_window(tmp_path):
+    from workbench.traces.graph import window
+
+    p = write_trace(tmp_path, _week(50, empty_at=3, zero_out_at=12), "week.csv")
+    whole = load_trace(p)
+    for offset, count in ((0, 5), (10, 7), (40, None), (48, 100)):
+        part = load_trace(p, window=(offset, count))
+        cut = window(whole, offset, count)
+        assert part.units == cut.units, (offset, count)
+        assert part.meta["arrival_origin_ms"] == whole.meta["arrival_origin_ms"]
+        assert part.meta["window"]["offset"] == offset
+        assert part.meta["window"]["count"] == len(cut.units)
+        assert part.meta["window"]["read"] == "stream"
+    assert load_trace(p, window=(0, 5)).meta["window"]["units_in_file"] is None  # not read
+    assert load_trace(p, window=(40, None)).meta["window"]["units_in_file"] == 49
+    # a broken row past the window is not read, so not refused; inside it, at its line
+    broken = write_trace(tmp_path, _week(20) + "2024-05-12 00:01:00+00:00,x,1\n", "b.csv")
+    assert len(load_trace(broken, window=(0, 20)).units) == 20
+    err = trace_error(broken, window=(15, 10))
+    assert err.line == 22 and "ContextTokens must be an integer" in err.rule
+
+
+def test_a_window_past_the_last_unit_is_a_config_error(tmp_path):
+    from workbench.errors import ConfigError
+
+    p = write_trace(tmp_path, _week(10), "week.csv")
+    with pytest.raises(ConfigError, match=r"trace.offset 10 is past the trace's 10 units"):
+        load_trace(p, window=(10, 1))
+
+
+def test_a_file_past_the_line_bound_says_how_to_replay_a_window(tmp_path, monkeypatch):
+    from workbench.traces import bounds
+
+    monkeypatch.setattr(bounds, "MAX_TRACE_LINES", 21)  # a header and 20 rows
+    p = write_trace(tmp_path, _week(30), "week.csv")
+    err = trace_error(p)
+    assert err.line == 22 and "trace.offset and trace.max_items" in err.rule
+    assert [u.unit_id for u in load_trace(p, window=(25, 3)).units] == [
+        "azure_25", "azure_26", "azure_27"]
+    err = trace_error(p, window=(0, None))
+    assert "a window of more than 20 units" in err.rule
+
+
+@pytest.mark.parametrize(("name", "change", "line", "rule"), [
+    ("crlf", lambda b: b.replace(b"\n", b"\r\n"), None, None),
+    ("bom", lambda b: b"\xef\xbb\xbf" + b, None, None),
+    ("gzip", gzip.compress, None, None),
+    ("utf16", lambda b: b.decode().encode("utf-16"), 1, "UTF-16 text: traces are UTF-8"),
+    ("zstd", lambda b: b"\x28\xb5\x2f\xfd" + b, 1, "compressed with zstd"),
+    ("gzip-cut", lambda b: gzip.compress(b)[:60], None, "gzip data is broken or cut short"),
+    ("latin1", lambda b: b.replace(b",105,", b",10\xe9,", 1), 7, "not UTF-8 text"),
+    ("nul", lambda b: b.replace(b",105,", b",10\x005,", 1), 7, "binary data (NUL byte)"),
+    ("inner-bom", lambda b: b.replace(b"\n2024", b"\n\xef\xbb\xbf2024", 1), 2, "byte order mark"),
+    ("empty", lambda b: b"", 0, "file is empty"),
+    ("header-only", lambda b: b.split(b"\n")[0] + b"\n", 2, "no data rows"),
+])
+def test_a_window_read_as_a_stream_takes_and_refuses_what_a_whole_read_does(
+        tmp_path, name, change, line, rule):
+    """The stream a window is read from keeps the whole read's file rules: CRLF, a BOM
+    and gzip are read the same; UTF-16, other compressors, bytes that are not UTF-8, a
+    NUL, an inner BOM, a cut gzip stream are refused at their line (a decoder error, a
+    buffer ahead, named line 1; a cut gzip stream was an EOFError traceback)."""
+    seed = _week(12).encode()
+    p = write_trace(tmp_path, change(seed), f"{name}.csv")
+    if rule is None:
+        assert load_trace(p, window=(2, 8)).units == load_trace(
+            write_trace(tmp_path, seed, "seed.csv"), window=(2, 8)).units
+        return
+    err = trace_error(p, "azure", window=(2, 8))
+    assert rule in err.rule and (line is None or err.line == line), err

@@ -22,6 +22,7 @@ from workbench import load_trace, tracegen
 from workbench.errors import TraceFormatError, WorkbenchError
 from workbench.storage.rundir import RunDirError, load, resolve_run_dir
 from workbench.traces import bounds
+from workbench.traces._io import WINDOW_HINT
 from workbench.traces.load import detect_format
 
 ROOT = REPO
@@ -111,7 +112,7 @@ def test_a_file_past_the_line_bound_is_refused_before_its_rows_are_read(fmt, tmp
         load_trace(path, fmt=fmt)
     assert str(err.value) == (
         f"{path}:{lines}: file has {lines:,} lines, past the bound of {lines - 1:,} lines "
-        "per trace (docs/trace-bounds.md): split it and replay the parts"
+        "per trace (docs/trace-bounds.md): split it and replay the parts" + WINDOW_HINT
     )
     monkeypatch.setattr(bounds, "MAX_TRACE_LINES", lines)
     assert len(load_trace(path, fmt=fmt).units) >= 20

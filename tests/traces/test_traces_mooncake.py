@@ -1,5 +1,6 @@
 """Mooncake JSONL reader (docs/trace-formats.md): the public trace, sessions, options, bad input."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,61 @@ def test_prefix_follows_arrival_order_in_an_unsorted_file(tmp_path):
     prefix = {r.request_id: r.prefix_len for r in load_trace(p).rounds()}
     assert prefix == {"mooncake_0": 1024, "mooncake_1": 0, "mooncake_2": 0, "mooncake_3": 512,
                       "mooncake_4": 0}
+
+
+# ------------------------------------------------------------------ AIPerf's mooncake_trace
+# AIPerf's MooncakeTrace (aiperf/dataset/loader/models.py, db4f639): input_length or
+# text_input; hash_ids, timestamp, delay, session_id optional (docs/trace-formats.md)
+
+
+def test_aiperf_rows_without_hash_ids_are_read_and_detected(tmp_path):
+    """AIPerf's own examples: a row with input_length and output_length only, and its
+    multi-turn version (session_id, delay; no hash_ids): no block ids, no cached prefix."""
+    p = _write(tmp_path, '{"timestamp": 0, "input_length": 10, "output_length": 4}\n'
+                         '{"session_id": "abc-123", "input_length": 300, "output_length": 40}\n'
+                         '{"session_id": "abc-123", "delay": 2, "input_length": 150, '
+                         '"output_length": 20}\n')
+    w = load_trace(p)
+    assert w.fmt == "mooncake"
+    shape = [[(r.prefix_len, r.input_len, r.output_len, r.tool_wait_after_ms, r.hash_ids)
+              for r in u.rounds] for u in w.units]
+    assert shape == [[(0, 10, 4, 0.0, None)],
+                     [(0, 300, 40, 2.0, None), (0, 150, 20, 0.0, None)]]
+
+
+def test_text_input_rows_are_counted(tmp_path, caplog):
+    """``text_input`` (AIPerf sends the text itself): its tokens are counted, as the text
+    datasets' are (words, or the tokenizer option); input_length and hash_ids beside it
+    are what AIPerf ignores: ignored, said once."""
+    p = _write(tmp_path, '{"timestamp": 0, "text_input": "Hello world, how are you", '
+                         '"output_length": 4}\n'
+                         '{"timestamp": 5, "text_input": "one two", "input_length": 900, '
+                         '"hash_ids": [7, 8], "output_length": 2}\n'
+                         + _row(ts=9, ids="[7, 8]"))
+    with caplog.at_level(logging.WARNING):
+        w = load_trace(p)
+    assert w.fmt == "mooncake"
+    rounds = list(w.rounds())
+    assert [(r.prefix_len, r.input_len, r.output_len, r.hash_ids) for r in rounds] == [
+        (0, 5, 4, None), (0, 2, 2, None), (0, 1000, 10, (7, 8))]
+    assert w.meta["reader"]["token_count"].startswith("words")
+    assert w.meta["text_input_rows"] == 2 and w.meta["ignored_beside_text_input"] == 1
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "1 row gives text_input with input_length or hash_ids (first at line 2)" in said
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ('{"timestamp": 0, "output_length": 3}\n', 1,
+     "missing field 'input_length' (or 'text_input', AIPerf's text)"),
+    ('{"timestamp": 0, "input_length": 3}\n', 1,
+     "missing field 'output_length': replay needs each request's output length"),
+    ('{"timestamp": 0, "text_input": 7, "output_length": 3}\n', 1,
+     "text_input must be a string, got 7"),
+    ('{"timestamp": 0, "text_input": "  ", "output_length": 3}\n', 1,
+     "text_input counts 0 tokens"),
+    ('{"timestamp": 0, "hash_ids": [1], "text_input": "a", "output_length": 3}\n', 1,
+     "hash_ids without input_length"),
+])
+def test_aiperf_rows_bad_input(tmp_path, text, line, words):
+    err = trace_error(_write(tmp_path, text), "mooncake")
+    assert err.line == line and words in err.rule, err.rule

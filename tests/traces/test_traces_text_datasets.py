@@ -103,22 +103,22 @@ def test_sharegpt_one_conversation_a_line_is_read_and_detected(tmp_path):
 
 @pytest.mark.parametrize(("doc", "line", "rule"), [
     ({"id": "a", "conversations": []}, 1, "a ShareGPT file is a JSON array of conversations"),
-    ([1], 0, "conversation 0 must be an object with 'conversations', got 1"),
-    ([{"id": "a"}], 0, "conversation 0 (id 'a'): 'conversations' must be a list of turns"),
+    ([1], 1, "conversation 0 must be an object with 'conversations', got 1"),
+    ([{"id": "a"}], 1, "conversation 0 (id 'a'): 'conversations' must be a list of turns"),
     ([_conv(("human", "hi"), ("gpt", "yo")), {"id": "b", "conversations": [{"value": "hi"}]}],
-     0, "conversation 1 (id 'b'), turn 0: missing field 'from'"),
-    ([_conv(("human", "hi"), ("gpt", "yo"), ("gpt", "again"))], 0,
+     1, "conversation 1 (id 'b'), turn 0: missing field 'from'"),
+    ([_conv(("human", "hi"), ("gpt", "yo"), ("gpt", "again"))], 1,
      "conversation 0 (id 'c0'), turn 2: two gpt turns in a row (turns 1 and 2); human and "
      "gpt turns alternate"),
-    ([_conv(("human", "hi"), ("human", "hello?"))], 0, "turn 1: two human turns in a row"),
-    ([_conv(("human", "hi"), ("gpt", "  \n"))], 0,
+    ([_conv(("human", "hi"), ("human", "hello?"))], 1, "turn 1: two human turns in a row"),
+    ([_conv(("human", "hi"), ("gpt", "  \n"))], 1,
      "conversation 0 (id 'c0'), turn 1: empty 'value' (a turn with no text"),
-    ([_conv(("human", "hi"), ("robot", "beep"))], 0, "turn 1: 'from' must be one of human"),
-    ([_conv(("human", "hi"), ("gpt", "yo"), ("system", "late"))], 0,
+    ([_conv(("human", "hi"), ("robot", "beep"))], 1, "turn 1: 'from' must be one of human"),
+    ([_conv(("human", "hi"), ("gpt", "yo"), ("system", "late"))], 1,
      "turn 2: a system turn after the conversation began"),
-    ([_conv(("human", "hi"), ("gpt", "yo")), _conv(("human", "a"), ("gpt", "b"))], 0,
-     "duplicate conversation 1 (id 'c0'): id 'c0' (also at line 0)"),
-    ([{**_conv(("human", "what is this?"), ("gpt", "a cat")), "image": "cat.png"}], 0,
+    ([_conv(("human", "hi"), ("gpt", "yo")), _conv(("human", "a"), ("gpt", "b"))], 1,
+     "duplicate conversation 1 (id 'c0'): id 'c0' (also at line 1)"),
+    ([{**_conv(("human", "what is this?"), ("gpt", "a cat")), "image": "cat.png"}], 1,
      "field 'image': images and videos are not text tokens"),
     ([], 1, "no conversation: the array is empty"),
 ])
@@ -127,6 +127,30 @@ def test_sharegpt_bad_input_names_the_conversation_turn_and_rule(tmp_path, doc, 
     p.write_text(json.dumps(doc, indent=None if isinstance(doc, list) else 2))
     got_line, got_rule = _line_rule(p, fmt="sharegpt")
     assert got_line == line and rule in got_rule, got_rule
+
+
+def test_sharegpt_array_errors_name_the_line_the_conversation_starts_on(tmp_path, caplog):
+    """A pretty-printed array (vLLM's ShareGPT_V3 file is one): an error about an element
+    names the line it starts on, found by scanning only when an error names it."""
+    good = [_conv(("human", "hi [, {"), ("gpt", 'yo "]}'), cid=f"c{i}") for i in range(3)]
+    bad = _conv(("human", "hi"), ("gpt", "yo"), ("gpt", "no"), cid="b")
+    p = tmp_path / "share.json"
+    p.write_text(json.dumps([*good, bad], indent=2))
+    starts = [n for n, text in enumerate(p.read_text().splitlines(), 1) if text == "  {"]
+    assert _line_rule(p) == (starts[3], "conversation 3 (id 'b'), turn 2: two gpt turns in a "
+                                        "row (turns 1 and 2); human and gpt turns alternate")
+    p.write_text(json.dumps([*good, good[1]], indent=2))
+    assert _line_rule(p) == (starts[3], "duplicate conversation 3 (id 'c1'): id 'c1' (also at "
+                                        f"line {starts[1]})")
+    p.write_text(json.dumps([*good, {**good[0], "id": "d", "lang": "en"},
+                             _conv(("gpt", "earlier"), ("human", "q"), ("gpt", "a"), cid="e")],
+                            indent=2))
+    starts = [n for n, text in enumerate(p.read_text().splitlines(), 1) if text == "  {"]
+    with caplog.at_level(logging.WARNING):
+        load_trace(p)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert f"lang (line {starts[3]})" in said
+    assert f"(the first: conversation 4, line {starts[4]})" in said
 
 
 def test_sharegpt_json_lines_errors_name_the_line(tmp_path):
@@ -146,7 +170,7 @@ def test_sharegpt_past_the_bounds_is_refused_before_anything_runs(tmp_path):
     p = _write(tmp_path, [_conv(("human", "q"), ("gpt", "a " * 6_000_000),
                                 ("human", "b " * 4_000_000), ("gpt", "done"), cid="long")])
     line, rule = _line_rule(p)
-    assert line == 0 and rule.startswith("conversation 0 (id 'long'), round 1: prompt "
+    assert line == 1 and rule.startswith("conversation 0 (id 'long'), round 1: prompt "
                                           "10,000,001 + output 1 =")
 
 
@@ -235,20 +259,31 @@ def test_aiperf_single_turn_delays_add_up_and_unix_ms_are_rebased(tmp_path):
     assert w.meta["arrival_origin_ms"] == 1765000000000
 
 
-@pytest.mark.parametrize(("line", "rule"), [
-    ('{"text": "a", "texts": ["b"]}', "text and texts cannot be set together"),
-    ('{"text": "a", "timestamp": 1, "delay": 2}', "timestamp and delay cannot be set together"),
-    ('{"text": "   "}', "empty text"),
-    ('{"texts": [{"name": "x", "contents": [1]}]}', "texts[0] must be a string or an object"),
-    ('{"text": "a", "image": "cat.png"}', "field 'image': images and audio are not text tokens"),
-    ('{"text": "a", "type": "random_pool"}', "type must be 'single_turn'"),
-    ('{"text": "a", "delay": -1}', "delay must be >= 0"),
-    ('{"role": "user", "text": 5}', "text must be a string, got 5"),
+@pytest.mark.parametrize(("fmt", "line", "rule"), [
+    *(("aiperf-single-turn", line, rule) for line, rule in (
+        ('{"text": "a", "texts": ["b"]}', "text and texts cannot be set together"),
+        ('{"text": "a", "timestamp": 1, "delay": 2}',
+         "timestamp and delay cannot be set together"),
+        ('{"text": "   "}', "empty text"),
+        ('{"texts": [{"name": "x", "contents": [1]}]}', "texts[0] must be a string or an object"),
+        ('{"text": "a", "image": "cat.png"}',
+         "field 'image': images and audio are not text tokens"),
+        ('{"text": "a", "type": "random_pool"}', "type must be 'single_turn'"),
+        ('{"text": "a", "delay": -1}', "delay must be >= 0"),
+        ('{"role": "user", "text": 5}', "text must be a string, got 5"))),
+    *(("aiperf-random-pool", line, rule) for line, rule in (
+        ('{"type": "random_pool", "text": "a", "image": "x.png"}',
+         "field 'image': images and audio are not text tokens"),
+        ('{"type": "random_pool", "text": "a", "texts": ["b"]}', "text and texts cannot be set"),
+        ('{"type": "random_pool"}', "missing field 'text' (or 'texts')"),
+        ('{"type": "single_turn", "text": "a"}', "type must be 'random_pool'"))),
 ])
-def test_aiperf_single_turn_bad_input(tmp_path, line, rule):
+def test_aiperf_single_turn_and_random_pool_bad_input(tmp_path, fmt, line, rule):
     p = tmp_path / "single.jsonl"
-    p.write_text('{"text": "fine"}\n' + line + "\n")
-    got_line, got_rule = _line_rule(p, fmt="aiperf-single-turn")
+    p.write_text('{"type": "random_pool", "text": "fine"}\n' if fmt == "aiperf-random-pool"
+                 else '{"text": "fine"}\n')
+    p.write_text(p.read_text() + line + "\n")
+    got_line, got_rule = _line_rule(p, fmt=fmt)
     assert got_line == 2 and rule in got_rule, got_rule
 
 
@@ -287,6 +322,34 @@ def test_aiperf_multi_turn_names_and_bad_input(tmp_path):
         load_trace(MULTI, history="some")
 
 
+def test_aiperf_random_pool_each_entry_once_or_drawn_as_aiperf_draws(tmp_path, caplog):
+    """AIPerf's random_pool (aiperf/dataset/loader/random_pool.py, db4f639): a pool of texts,
+    no timing; AIPerf draws --conversation-num of them with replacement. workbench reads each
+    entry once, in file order (``samples=N``: N draws, seeded)."""
+    p = tmp_path / "pool.jsonl"
+    p.write_text('{"type": "random_pool", "text": "Who are you?"}\n'
+                 '{"texts": [{"name": "query", "contents": ["What is", "life?"]}]}\n'
+                 '{"text": "one two three four five", "note": "x"}\n')
+    with caplog.at_level(logging.WARNING):
+        w = load_trace(p)
+    assert w.fmt == "aiperf-random-pool" and not w.has_sessions
+    assert [(u.unit_id, u.arrival_ms, u.rounds[0].input_len, u.rounds[0].output_len)
+            for u in w.units] == [("aiperf-random-pool_0", 0.0, 3, 256),
+                                  ("aiperf-random-pool_1", 0.0, 3, 256),
+                                  ("aiperf-random-pool_2", 0.0, 5, 256)]
+    assert w.meta["unknown_fields"] == ["note"]
+    drawn = load_trace(p, samples=50, seed=3, output_len=9)
+    assert len(drawn.units) == 50 and {u.rounds[0].output_len for u in drawn.units} == {9}
+    assert {u.rounds[0].input_len for u in drawn.units} == {3, 5}
+    assert [u.meta["pool_entry"] for u in drawn.units] == [
+        u.meta["pool_entry"] for u in load_trace(p, samples=50, seed=3).units]
+    assert drawn.meta["reader"]["samples"] == 50 and drawn.meta["reader"]["seed"] == 3
+    assert [u.meta["pool_entry"] for u in drawn.units] != [
+        u.meta["pool_entry"] for u in load_trace(p, samples=50, seed=4).units]
+    with pytest.raises(ConfigError, match="samples must be an integer from 1"):
+        load_trace(p, samples=0)
+
+
 # ------------------------------------------------------------------ command line
 
 
@@ -321,6 +384,6 @@ def test_bad_input_stops_the_command_before_any_request(tmp_path):
     sim = _cli("simulate", "--trace", str(bad), "-o", str(tmp_path / "runs"), cwd=tmp_path)
     assert sim.returncode == 3, sim.stderr
     assert sim.stderr.strip().splitlines()[-1].endswith(
-        f"{bad}:0: conversation 0 (id 'c0'), turn 2: two gpt turns in a row (turns 1 and 2); "
+        f"{bad}:1: conversation 0 (id 'c0'), turn 2: two gpt turns in a row (turns 1 and 2); "
         "human and gpt turns alternate")
     assert not list(tmp_path.glob("runs/*/records.jsonl"))  # no run, nothing sent

@@ -533,3 +533,37 @@ def test_a_cut_document_names_where_it_breaks_and_why(tmp_path: Path, shape: str
         col = len(cut) - cut.rfind("\n")
         assert f"line {e.value.line} column {col}" in e.value.rule, e.value.rule
         assert "invalid JSON" in e.value.rule and "cut short" in e.value.rule
+
+
+def test_an_array_names_the_line_its_conversation_starts_on(tmp_path: Path) -> None:
+    """An error or a duplicate in a pretty-printed array names the line its element starts
+    on (it named the array's first line for every conversation)."""
+    good = [conv(n, [req(0.0, 128, 1, [1, 2])]) for n in "abc"]
+    bad = conv("d", [req(0.0, 128, 1, [1, 2])])
+    bad["requests"][0]["out"] = "many"
+    p = tmp_path / "all.json"
+    p.write_text(json.dumps([*good, bad], indent=2))
+    starts = [n for n, text in enumerate(p.read_text().splitlines(), 1) if text == "  {"]
+    with pytest.raises(TraceFormatError) as e:
+        load_trace(p, fmt="weka")
+    assert e.value.line == starts[3] and "out must be an integer" in e.value.rule, e.value
+    p.write_text(json.dumps([*good, good[1]], indent=2))
+    with pytest.raises(TraceFormatError) as e:
+        load_trace(p, fmt="weka")
+    assert e.value.line == starts[3], e.value
+    assert e.value.rule.endswith(f"(also at line {starts[1]})"), e.value
+
+
+def test_a_folders_hidden_files_are_not_read(tmp_path: Path) -> None:
+    """A hidden file (``.x.json``: an editor's or a sync tool's) is left out of a folder,
+    as detection and the folder's sha256 leave it out: it was read, so the workload could
+    change while the trace's recorded identity did not."""
+    from workbench.traces.load import source_sha256
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(conv("a", [req(0.0, 64, 1, [1])])))
+    sha = source_sha256(folder)
+    (folder / ".b.json").write_text(json.dumps(conv("b", [req(0.0, 64, 1, [1])])))
+    assert [u.unit_id for u in load_trace(folder).units] == ["a"]
+    assert source_sha256(folder) == sha

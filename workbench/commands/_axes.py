@@ -28,7 +28,7 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     add("--trace-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a reader option (JSON or text), e.g. timing=original, "
                         "max_delay_s=60 (weka: docs/weka-traces.md), "
-                        "tokenizer=PATH/tokenizer.json (sharegpt, aiperf-*)")
+                        "tokenizer=PATH/tokenizer.json (sharegpt, aiperf-*, mooncake text_input)")
     add("--policy", help=f"context policy: {' | '.join(POLICIES.names())}")
     add("--shared-prefix", action="store_true", default=None,
                    help="first rounds reuse a shared prefix pool keyed by provider/model/project")

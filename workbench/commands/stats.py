@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-option", action="append", default=[], metavar="KEY=VALUE",
         help="a reader option (JSON or text), as replay takes it, e.g. model=GPT-4 "
         "(burstgpt), timing=original (weka), tokenizer=PATH/tokenizer.json (sharegpt, "
-        "aiperf-*: token counts; words without it)",
+        "aiperf-*, mooncake text_input: token counts; words without it)",
     )
     parser.add_argument(
         "--policy",

@@ -24,7 +24,6 @@ from workbench.records import RunManifest, RunResult, Workload
 from workbench.replay.plan import LONG_RUN_MS, Plan, RunFloor, build_plan, run_floor
 from workbench.signals import run_with_sigterm
 from workbench.storage.rundir import process_identity
-from workbench.traces.graph import window
 from workbench.traces.load import source_sha256
 from workbench.workloads.standard import load_source
 
@@ -87,9 +86,12 @@ def load_workload(cfg: RunConfig) -> Workload:
     if not cfg.trace.path:
         raise ConfigError("trace.path is empty: say which trace file to replay")
     # a file, or a synthetic: description drawn (docs/trace-formats.md)
-    workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options)
-    if cfg.trace.max_items is not None or cfg.trace.offset:
-        workload = window(workload, cfg.trace.offset, cfg.trace.max_items)
+    windowed = cfg.trace.max_items is not None or cfg.trace.offset
+    if "window" in cfg.trace.options:  # load_source's own parameter: no reader takes it
+        raise ConfigError("trace option 'window' is no reader option: trace.offset and "
+                          "trace.max_items give the window", field="trace.options")
+    workload = load_source(cfg.trace.path, cfg.trace.format, **cfg.trace.options,
+                           window=(cfg.trace.offset, cfg.trace.max_items) if windowed else None)
     cfg.check_workload(workload)
     return workload
 

@@ -713,5 +713,6 @@ def band_table(by_band: pd.DataFrame) -> pd.DataFrame:
 def _window_text(win: dict[str, Any]) -> str:
     """``trace.offset``/``max_items``: which units of the file ran (traces.graph.window)."""
     start = int(win.get("offset", 0))
+    total = win.get("units_in_file")  # None: the file was read only up to the window's end
     return (f"units {start}..{start + int(win.get('count', 0)) - 1} of "
-            f"{win.get('units_in_file')} (file order, contiguous)")
+            f"{'a file read up to them' if total is None else total} (file order, contiguous)")

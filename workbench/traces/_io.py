@@ -7,6 +7,7 @@ numbers written as text must be plain ASCII (docs/trace-bounds.md, "Files" and
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import decimal
 import errno
@@ -44,11 +45,10 @@ def _os_rule(exc: OSError) -> str:
     return f"cannot open file: {exc.strerror or exc}"
 
 
-def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
-    """The first ``limit`` bytes of a regular file (all of it when None, refused past
-    ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a
-    config is read as it is). Opened non-blocking (a FIFO would block the open) and
-    checked with ``fstat`` on the open descriptor: what is read is what was checked."""
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` and its ``fstat``, opened non-blocking (a FIFO would block
+    the open) and checked on the descriptor to be a regular file: what is read is what was
+    checked."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -56,9 +56,23 @@ def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) ->
         raise TraceFormatError(path, 0, _os_rule(exc)) from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-            raise TraceFormatError(path, 0, f"not a regular file: {kind}")
+    except OSError as exc:
+        os.close(fd)
+        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise TraceFormatError(path, 0, f"not a regular file: {kind}")
+    return fd, st
+
+
+def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
+    """The first ``limit`` bytes of a regular file (all of it when None, refused past
+    ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a
+    config is read as it is). Opened non-blocking (a FIFO would block the open) and
+    checked with ``fstat`` on the open descriptor: what is read is what was checked."""
+    fd, st = _open_regular(path)
+    try:
         cap = bounds.MAX_TRACE_BYTES
         if limit is None and st.st_size > cap:
             raise TraceFormatError(path, 0, _too_big(st.st_size))
@@ -143,7 +157,13 @@ def not_text_rule(head: bytes) -> str | None:
 
 def _too_big(size: int) -> str:
     return (f"file is larger than the bound of {bounds.MAX_TRACE_BYTES:,} bytes "
-            f"({size:,} bytes or more; {bounds.DOC})")
+            f"({size:,} bytes or more; {bounds.DOC}){WINDOW_HINT}")
+
+
+#: what a file past the bounds of a whole read can still do (docs/trace-bounds.md, "A window
+#: of a large file"): the readers that read a window without holding the file
+WINDOW_HINT = ("; an azure trace replays a window of it read as a stream, not held: "
+               "trace.offset and trace.max_items (--offset, --max-items)")
 
 
 def bytes_rule(data: bytes) -> tuple[int, str] | None:
@@ -199,7 +219,7 @@ def read_text(path: Path) -> str:
     if lines > bounds.MAX_TRACE_LINES:
         raise TraceFormatError(path, bounds.MAX_TRACE_LINES + 1, (
             f"file has {lines:,} lines, past the bound of {bounds.MAX_TRACE_LINES:,} lines "
-            f"per trace ({bounds.DOC}): split it and replay the parts"))  # fmt: skip
+            f"per trace ({bounds.DOC}): split it and replay the parts{WINDOW_HINT}"))  # fmt: skip
     return text
 
 
@@ -262,13 +282,106 @@ def read_csv(
     text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     del text  # the StringIO holds its own copy
+    header, line = _csv_header(path, reader, required, fmt)
+    return header, line, _csv_rows(path, reader, header, line)
+
+
+def stream_csv(
+    path: Path, required: tuple[str, ...], fmt: str
+) -> tuple[list[str], int, Iterator[tuple[int, list[str]]]]:
+    """``read_csv`` without holding the file: read as the rows are asked for (a reader
+    that stops asking stops reading), so neither the size nor the line bound applies; a
+    reader bounds what it keeps (docs/trace-bounds.md, "A window of a large file"). Rows
+    are ``(line, fields)`` in the header's order (no dict: a window may sit past millions
+    of rows). The file is opened as ``open_trace`` opens it (a regular file; gzip
+    inflated as read)."""
+    raw = os.fdopen(_open_regular(path)[0], "rb")
+    try:
+        head = raw.peek(8)[:8]
+    except OSError as exc:
+        raw.close()
+        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
+    if (rule := not_text_rule(head)) is not None and not head.startswith(GZIP_MAGIC):
+        raw.close()
+        raise TraceFormatError(path, 1, rule)
+    binary: BinaryIO = raw
+    if head.startswith(GZIP_MAGIC):
+        import gzip
+
+        binary = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+    # bytes that are no UTF-8 kept as surrogates, refused at their row's line (a decoder
+    # error comes a buffer ahead, at no line)
+    text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="surrogateescape",
+                            newline="")
+    reader = csv.reader(text)
+    try:
+        with _read_errors(path, reader):
+            header, line = _csv_header(path, reader, required, fmt)
+            _check_text(path, line, header)
+    except BaseException:
+        text.close()
+        raise
+    return header, line, _streamed_rows(path, text, reader, header, line)
+
+
+def _streamed_rows(path: Path, text: io.TextIOWrapper, reader: Any, header: list[str],
+                   header_line: int) -> Iterator[tuple[int, list[str]]]:
+    """``_csv_fields`` over a file read as it goes, each row's text checked
+    (``_check_text``), the file closed when the rows end or are no longer asked for."""
+    try:
+        with _read_errors(path, reader):
+            for line, fields in _csv_fields(path, reader, header, header_line):
+                _check_text(path, line, fields)
+                yield line, fields
+    finally:
+        text.close()
+
+
+def _check_text(path: Path, line: int, fields: list[str]) -> None:
+    """A streamed row's text as ``bytes_rule`` and ``read_text`` check a whole file's: UTF-8
+    (no byte kept as a surrogate), no NUL, no byte order mark at the start of the line."""
+    joined = "".join(fields)
+    if "\x00" in joined:
+        raise TraceFormatError(path, line, "binary data (NUL byte): not a text trace")
+    if fields and fields[0].startswith(BOM):
+        raise TraceFormatError(path, line, BOM_RULE)
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceFormatError(path, line, "not UTF-8 text") from None
+
+
+@contextlib.contextmanager
+def _read_errors(path: Path, reader: Any) -> Iterator[None]:
+    """What reading a streamed file can raise, as one ``TraceFormatError`` at the line
+    being read: a broken or cut gzip stream, an I/O error."""
+    import gzip
+    import zlib
+
+    try:
+        yield
+    except (OSError, EOFError, zlib.error) as exc:
+        why = ("gzip data is broken or cut short" if isinstance(exc, gzip.BadGzipFile | EOFError
+                                                                  | zlib.error)
+               else f"cannot read file: {getattr(exc, 'strerror', None) or exc}")
+        raise TraceFormatError(path, reader.line_num + 1, why) from None
+
+
+def _csv_header(path: Path, reader: Any, required: tuple[str, ...],
+                fmt: str) -> tuple[list[str], int]:
+    """The header of a CSV ``reader`` (blank lines before it skipped) and its line, its
+    columns checked: ``required`` there, no separator but commas, no name twice."""
     try:
         fields = next(reader)
         while not any(f.strip() for f in fields):  # read_text refused an all-blank file
             fields = next(reader)
-    except (StopIteration, csv.Error) as exc:
+    except StopIteration:
+        raise TraceFormatError(path, 0, "file is empty") from None
+    except csv.Error as exc:
         raise TraceFormatError(path, reader.line_num or 1,
                                f"cannot read CSV header ({exc})") from None
+    except UnicodeDecodeError:
+        raise TraceFormatError(path, reader.line_num + 1, "not UTF-8 text") from None
     header, line = [h.strip() for h in fields], reader.line_num
     if len(fields) == 1 and (rule := separator_rule(fields[0], fmt)) is not None:
         raise TraceFormatError(path, line, rule)
@@ -278,11 +391,19 @@ def read_csv(
             path, line, f"missing {noun(len(missing), 'column')}: {', '.join(missing)}")
     if len(set(header)) != len(header):
         raise TraceFormatError(path, line, "duplicate column names in header")
-    return header, line, _csv_rows(path, reader, header, line)
+    return header, line
 
 
 def _csv_rows(path: Path, reader: Any, header: list[str],
               header_line: int) -> Iterator[tuple[int, dict[str, str]]]:
+    for lineno, fields in _csv_fields(path, reader, header, header_line):
+        yield lineno, dict(zip(header, fields, strict=True))
+
+
+def _csv_fields(path: Path, reader: Any, header: list[str],
+                header_line: int) -> Iterator[tuple[int, list[str]]]:
+    """Each non-blank row of ``reader`` as ``(line, fields)``, its width checked; then that
+    there was one."""
     width, any_row = len(header), False
     try:
         for fields in reader:
@@ -293,7 +414,7 @@ def _csv_rows(path: Path, reader: Any, header: list[str],
                 rule = f"expected {width} fields, found {len(fields)}"
                 raise TraceFormatError(path, lineno, rule)
             any_row = True
-            yield lineno, dict(zip(header, fields, strict=True))
+            yield lineno, fields
     except csv.Error as exc:
         raise TraceFormatError(path, reader.line_num, f"malformed CSV ({exc})") from None
     if not any_row:

@@ -1,5 +1,6 @@
-"""AIPerf's custom text datasets (JSONL): ``single_turn`` (one request a line) and
-``multi_turn`` (a session's turns a line, lines of one ``session_id`` joined).
+"""AIPerf's custom text datasets (JSONL): ``single_turn`` (one request a line),
+``multi_turn`` (a session's turns a line, lines of one ``session_id`` joined) and
+``random_pool`` (a pool of texts AIPerf draws requests from).
 
 A turn is ``text`` or ``texts`` (strings, or ``{"name", "contents": [...]}``), with
 ``timestamp`` or ``delay`` (ms) and ``role``; no output length (AIPerf's
@@ -11,6 +12,7 @@ docs/trace-formats.md, "aiperf-single-turn and aiperf-multi-turn".
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,7 +34,9 @@ from workbench.traces.text_tokens import text_counter
 
 log = logging.getLogger(__name__)
 
-SINGLE, MULTI = "aiperf-single-turn", "aiperf-multi-turn"
+SINGLE, MULTI, POOL = "aiperf-single-turn", "aiperf-multi-turn", "aiperf-random-pool"
+#: AIPerf's RandomPool model (aiperf/dataset/loader/models.py): text or texts, and media
+POOL_FIELDS = frozenset(("type", "text", "texts"))
 TURN_FIELDS = frozenset(("type", "text", "texts", "timestamp", "delay", "role"))
 MULTI_FIELDS = frozenset(("type", "session_id", "turns"))
 #: media AIPerf sends beside the text: not text tokens, refused (never half-read)
@@ -114,10 +118,13 @@ def _turn(path: Path, line: int, where: str, turn: Any, extra: dict[str, int]) -
 
 
 def _output_len(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not (
-            1 <= value <= bounds.MAX_ROUND_TOKENS):
-        raise ConfigError(f"aiperf option output_len must be an integer from 1 to "
-                          f"{bounds.MAX_ROUND_TOKENS:,}, got {bounds.shown(value)}")
+    return _int_option("output_len", value, bounds.MAX_ROUND_TOKENS)
+
+
+def _int_option(name: str, value: Any, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ConfigError(f"aiperf option {name} must be an integer from 1 to {most:,}, "
+                          f"got {bounds.shown(value)}")
     return value
 
 
@@ -142,6 +149,11 @@ def _sniff_single(lines: list[str]) -> bool:
     return (obj is not None and ("text" in obj or "texts" in obj)
             and obj.get("type", "single_turn") == "single_turn"
             and not obj.keys() & {"turns", "input_length", "hash_ids", "conversations"})
+
+
+def _sniff_pool(lines: list[str]) -> bool:
+    obj = first_json_object(lines)
+    return obj is not None and obj.get("type") == "random_pool"
 
 
 def _sniff_multi(lines: list[str]) -> bool:
@@ -258,4 +270,46 @@ def read_aiperf_single_turn(path: Path, *, tokenizer: str | None = None,
         meta["arrival_origin_ms"] = origin
     warn_unknown(path, extra, meta)
     return request_workload(path, SINGLE, requests, meta, time_column="timestamp",
+                            prompt_column="text", empty=[])
+
+
+@register_format(POOL, sniff=_sniff_pool,
+                 description="AIPerf random_pool JSONL: a pool of texts, each sent once, or "
+                             "drawn (options tokenizer, output_len, samples, seed)")
+def read_aiperf_random_pool(path: Path, *, tokenizer: str | None = None,
+                            output_len: int = DEFAULT_OUTPUT_LEN, samples: int | None = None,
+                            seed: int = 0) -> Workload:
+    """Load an AIPerf ``random_pool`` file: each entry one independent request at 0, in
+    file order; ``samples=N``: N entries drawn with replacement, as AIPerf draws its
+    ``--conversation-num`` (``random.choices``), seeded by ``seed``."""
+    out_len = _output_len(output_len)
+    drawn = None if samples is None else _int_option("samples", samples, bounds.MAX_TRACE_LINES - 1)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"aiperf option seed must be an integer, got {bounds.shown(seed)}")
+    counter = text_counter(tokenizer)
+    path = Path(path)
+    extra: dict[str, int] = {}
+    pool: list[tuple[int, list[str]]] = []  # (line, texts)
+    for line, obj, _raw in json_lines(path, POOL):
+        note_unknown(path, line, obj, POOL_FIELDS, extra, refused=_MEDIA)
+        if "type" in obj and obj["type"] != "random_pool":
+            raise TraceFormatError(path, line, f"type must be 'random_pool', got "
+                                               f"{bounds.shown(obj['type'])}")
+        pool.append((line, _texts(path, line, "", obj)))
+    counts = iter(counter.counts([x for _, texts in pool for x in texts]))
+    sizes = [sum(next(counts) for _ in texts) for _, texts in pool]
+    for (line, _), size in zip(pool, sizes, strict=True):
+        if size < 1:
+            raise TraceFormatError(path, line, "its text counts 0 tokens")
+        bounds.check_round(path, line, size, out_len)
+    picks = (range(len(pool)) if drawn is None
+             else random.Random(seed).choices(range(len(pool)), k=drawn))
+    requests = [Request(pool[i][0], n, 0.0, sizes[i], out_len, {"pool_entry": i})
+                for n, i in enumerate(picks)]
+    reader = {**_reader_meta(counter.describe(), out_len), "samples": drawn}
+    if drawn is not None:
+        reader["seed"] = seed
+    meta: dict[str, Any] = {"reader": reader}
+    warn_unknown(path, extra, meta)
+    return request_workload(path, POOL, requests, meta, time_column="timestamp",
                             prompt_column="text", empty=[])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -87,6 +88,41 @@ def document_rule(text: str, reader: str) -> str | None:
         return None
     return (f"the file is {what}, not JSON lines: {reader} takes one JSON object a line "
             f"(convert: jq -c {jq} FILE)")
+
+
+#: what a scan over a valid JSON text has to see to find an array's elements: an array
+#: of numbers whole (hash ids: its commas are not the top level's), a whole string (so
+#: brackets and commas inside it are skipped), a bracket, a brace, a comma
+_JSON_SKELETON = re.compile(r'\[[^][{}"]*\]|"[^"\\]*(?:\\.[^"\\]*)*"|[][{},]')
+_NOT_SPACE = re.compile(r"\S")
+
+
+def array_element_lines(text: str, upto: int) -> list[int]:
+    """The 1-based lines where elements 0..``upto`` of the top-level JSON array ``text``
+    start (fewer when it has fewer). ``text`` must have parsed: one regex pass over its
+    strings and brackets, no second parse, stopped at element ``upto``
+    (docs/trace-formats.md, "JSON lines")."""
+    opened = text.find("[")
+    lines: list[int] = []
+    at, line = 0, 1
+    start = _NOT_SPACE.search(text, opened + 1)
+    depth = 1
+    for m in _JSON_SKELETON.finditer(text, opened + 1):
+        if start is not None:  # an element starts here, unless the array ends
+            if text[start.start()] == "]" or len(lines) > upto:
+                break
+            line += text.count("\n", at, start.start())
+            at = start.start()
+            lines.append(line)
+            start = None
+        c = m.group()
+        if c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "," and depth == 1:
+            start = _NOT_SPACE.search(text, m.end())
+    return lines[: upto + 1]
 
 
 def json_object(text: str) -> dict[str, Any] | None:
@@ -175,14 +211,16 @@ def note_unknown(
     *,
     where: str = "",
     refused: Mapping[str, str] | None = None,
+    mark: int | None = None,
 ) -> None:
     """The one rule for unknown fields (docs/trace-formats.md): each key of ``obj`` not in
-    ``known`` goes into ``seen`` as ``where`` + key with its first line, for
-    ``warn_unknown``; a key of ``refused`` is a ``TraceFormatError`` saying why."""
+    ``known`` goes into ``seen`` as ``where`` + key with its first line (``mark`` instead
+    when given: a record's index, its line found later), for ``warn_unknown``; a key of
+    ``refused`` is a ``TraceFormatError`` saying why."""
     for key in obj.keys() - known:
         if refused and key in refused:
             raise TraceFormatError(path, line, f"field {where}{key!r}: {refused[key]}")
-        seen.setdefault(f"{where}{key}", line)
+        seen.setdefault(f"{where}{key}", line if mark is None else mark)
 
 
 def warn_unknown(path: Path, seen: dict[str, int], meta: dict[str, Any]) -> None:

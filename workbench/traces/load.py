@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from workbench.errors import TraceFormatError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Workload
 from workbench.traces import (
     _builtin,  # noqa: F401  (every built-in reader registers)
@@ -31,6 +31,7 @@ from workbench.traces._io import (
 from workbench.traces.bounds import MAX_HEAD_BYTES, check_workload
 from workbench.traces.formats import FORMATS, Reader, Sniffer, TraceFormat, register_format
 from workbench.traces.graph import check_graph
+from workbench.traces.graph import window as graph_window
 from workbench.traces.json_io import document_rule
 
 __all__ = ["FORMATS", "Reader", "Sniffer", "TraceFormat", "register_format"]
@@ -154,9 +155,13 @@ def _refuse_broken_json_head(path: Path, first: str) -> None:
         ) from None
 
 
-def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
+def load_trace(path: str | Path, fmt: str = "auto", *,
+               window: tuple[int, int | None] | None = None, **options: Any) -> Workload:
     """Load any supported trace into a ``Workload``; ``fmt="auto"`` detects the format
-    (``meta["detected_format"]``); ``options`` go to the reader (``block_size`` ...)."""
+    (``meta["detected_format"]``); ``options`` go to the reader (``block_size`` ...);
+    ``window=(offset, count)``: units offset .. offset + count − 1 only (``graph.window``),
+    read by a reader that reads windows without holding the file (docs/trace-bounds.md,
+    "A window of a large file"), else cut from the whole workload."""
     path = Path(path)
     detected = fmt == "auto"
     name = detect_format(path) if detected else FORMATS.canonical(fmt, "trace.format")
@@ -166,14 +171,32 @@ def load_trace(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
     # one refusal for every reader (a silent ignore hides typos)
     check_options(name, {k: v for k, v in options.items() if k not in reader.options},
                   reader.options)
-    workload = reader.read(path, **options)
+    if window is not None:
+        _check_window(window)
+    if window is not None and reader.windows:
+        workload = reader.read(path, window, **options)
+    else:
+        workload = reader.read(path, **options)
     check_workload(path, workload)  # the documented bounds, whatever the reader
     check_graph(path, workload)  # sub-agent links: parents exist, no cycle
+    if window is not None and not reader.windows:
+        workload = graph_window(workload, *window)
     meta = dict(workload.meta)
     meta["format"] = name
     if detected:
         meta["detected_format"] = name
     return dataclasses.replace(workload, meta=meta, fmt=name, source=str(path))
+
+
+def _check_window(window: Any) -> None:
+    """``window`` is ``(offset, count)``: an offset ≥ 0 and a count ≥ 1 or None."""
+    ok = (isinstance(window, tuple) and len(window) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in window if v is not None)
+          and window[0] is not None and window[0] >= 0 and (window[1] is None or window[1] >= 1))
+    if not ok:
+        raise ConfigError(f"trace window must be (offset, count): offset an integer >= 0, "
+                          f"count an integer >= 1 or None (all), got {window!r:.80} (it is "
+                          "no reader option: trace.offset and trace.max_items give it)")
 
 
 def source_sha256(path: str | Path) -> str:

@@ -1,7 +1,8 @@
 """Mooncake request traces (JSONL): independent requests, or closed-loop sessions.
 
 One object a line (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``;
-optional ``session_id``, ``delay``, ``request_id``): every field and decision is in
+optional ``session_id``, ``delay``, ``request_id``; AIPerf's rows without ``hash_ids``, or
+with ``text_input`` instead of ``input_length``): every field and decision is in
 docs/trace-formats.md, "mooncake"; the bounds in docs/trace-bounds.md.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.errors import ConfigError, TraceFormatError
-from workbench.plurals import noun
+from workbench.plurals import counted
 from workbench.records import Round, Unit, Workload
 from workbench.traces import bounds
 from workbench.traces._io import check_block_size
@@ -29,6 +30,7 @@ from workbench.traces.json_io import (
     warn_unknown,
 )
 from workbench.traces.shared import ideal_prefixes, step_aside
+from workbench.traces.text_tokens import text_counter
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +40,18 @@ class _Row(NamedTuple):
 
     line: int
     timestamp: float | None
-    input_length: int
+    input_length: int  # 0 until a text_input row is counted
     output_length: int
-    hash_ids: tuple[int, ...]
+    hash_ids: tuple[int, ...] | None
     session_id: str | None
     delay: float
     request_id: str | None
+    text: str | None = None  # AIPerf's text_input, until counted
+    beside_text: bool = False  # input_length or hash_ids given with text_input (ignored)
 
 
-_REQUIRED = frozenset(("input_length", "output_length", "hash_ids"))
-KNOWN_FIELDS = _REQUIRED | {"timestamp", "session_id", "delay", "request_id"}
+KNOWN_FIELDS = frozenset(("input_length", "output_length", "hash_ids", "timestamp",
+                          "session_id", "delay", "request_id", "text_input"))
 #: fields that change what the others mean: refused, never ignored
 _FOREIGN = {key: "belongs to the bailian format, whose timestamp is in seconds, not ms: "
                  "read this file as 'bailian'" for key in ("chat_id", "parent_chat_id")}
@@ -112,21 +116,33 @@ def _rebase(path: Path, rows: list[_Row]) -> tuple[list[_Row], float, str]:
 
 
 def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int, rnd: str) -> _Row:
-    if not obj.keys() >= _REQUIRED:
-        missing = sorted(_REQUIRED - obj.keys())
-        raise TraceFormatError(path, line,
-                               f"missing {noun(len(missing), 'field')} {', '.join(missing)}")
-    inp = _count(path, line, "input_length", obj["input_length"])
+    if "output_length" not in obj:
+        raise TraceFormatError(path, line, (
+            "missing field 'output_length': replay needs each request's output length (AIPerf "
+            "sends such a row without max_tokens, so the server decides it)"))
     out = _count(path, line, "output_length", obj["output_length"])
-    bounds.check_round(path, line, inp, out)
-    ids = json_hash_ids(path, line, obj["hash_ids"], raw)
-    want = inp // block if rnd == "floor" else -(-inp // block)
-    if len(ids) != want:
-        raise TraceFormatError(
-            path,
-            line,
-            f"{len(ids)} hash_ids for input_length {inp}: expected {want} ({rnd}({inp}/{block}))",
-        )
+    if "hash_ids" in obj and "input_length" not in obj:
+        raise TraceFormatError(path, line, "hash_ids without input_length (AIPerf's rule: "
+                                           "block ids need the prompt's length)")
+    text = obj.get("text_input")
+    ids: tuple[int, ...] | None = None
+    if text is not None:  # AIPerf sends the text: input_length and hash_ids go unused
+        if not isinstance(text, str):
+            raise TraceFormatError(path, line, f"text_input must be a string, got "
+                                               f"{bounds.shown(text)}")
+        inp = 0  # counted when every row is read (read_mooncake)
+    elif "input_length" not in obj:
+        raise TraceFormatError(path, line, "missing field 'input_length' (or 'text_input', "
+                                           "AIPerf's text)")
+    else:
+        inp = _count(path, line, "input_length", obj["input_length"])
+        bounds.check_round(path, line, inp, out)
+        if "hash_ids" in obj:
+            ids = json_hash_ids(path, line, obj["hash_ids"], raw)
+            want = inp // block if rnd == "floor" else -(-inp // block)
+            if len(ids) != want:
+                raise TraceFormatError(path, line, f"{len(ids)} hash_ids for input_length "
+                                                   f"{inp}: expected {want} ({rnd}({inp}/{block}))")
     sid = obj.get("session_id")
     session = None if sid is None else json_id(path, line, "session_id", sid)
     ts = obj.get("timestamp")
@@ -142,7 +158,37 @@ def _parse_row(path: Path, line: int, obj: dict[str, Any], raw: str, block: int,
         raise TraceFormatError(path, line, rule)  # Unix ms: once rebased (``_rebase``)
     rid = obj.get("request_id")
     request_id = None if rid is None else json_id(path, line, "request_id", rid)
-    return _Row(line, ts, inp, out, ids, session, delay, request_id)
+    return _Row(line, ts, inp, out, ids, session, delay, request_id, text,
+                text is not None and ("input_length" in obj or "hash_ids" in obj))
+
+
+def _count_texts(path: Path, rows: list[_Row], tokenizer: str | None,
+                 meta: dict[str, Any]) -> list[_Row]:
+    """``rows`` with every ``text_input`` counted (``text_tokens``: words, or the
+    ``tokenizer`` option) as its ``input_length``; said in ``meta``."""
+    at = [i for i, r in enumerate(rows) if r.text is not None]
+    if not at and tokenizer is None:
+        return rows
+    counter = text_counter(tokenizer)
+    meta["reader"] = counter.describe()
+    if not at:
+        return rows
+    rows = list(rows)
+    for i, n in zip(at, counter.counts([rows[i].text or "" for i in at]), strict=True):
+        row = rows[i]
+        if n < 1:
+            raise TraceFormatError(path, row.line, "text_input counts 0 tokens (a prompt with "
+                                                   "no text has nothing to send)")
+        bounds.check_round(path, row.line, n, row.output_length, "text_input")
+        rows[i] = row._replace(input_length=n, text=None)
+    meta["text_input_rows"] = len(at)
+    beside = [rows[i].line for i in at if rows[i].beside_text]
+    if beside:
+        meta["ignored_beside_text_input"] = len(beside)
+        log.warning("%s: %s text_input with input_length or hash_ids (first at line %d): the "
+                    "text is the prompt (AIPerf sends it), input_length and hash_ids ignored",
+                    path, counted(len(beside), "row gives", "rows give"), beside[0])
+    return rows
 
 
 def _request_ids(path: Path, rows: list[_Row]) -> list[str]:
@@ -225,8 +271,8 @@ def _sniff(lines: list[str]) -> bool:
     obj = first_json_object(lines)
     return (
         obj is not None
-        and "input_length" in obj
-        and "hash_ids" in obj
+        and ("input_length" in obj or "text_input" in obj)
+        and ("hash_ids" in obj or "output_length" in obj)
         and "schema" not in obj
         and "turns" not in obj
         and not obj.keys() & _FOREIGN.keys()  # a Bailian file (timestamps in seconds)
@@ -237,10 +283,13 @@ def _sniff(lines: list[str]) -> bool:
     "mooncake",
     sniff=_sniff,
     description="Mooncake JSONL: timestamp, input_length, output_length, hash_ids "
-    "(optional session_id/delay for closed-loop sessions)",
+    "(optional session_id/delay for closed-loop sessions; AIPerf's text_input: option "
+    "tokenizer)",
 )
-def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ceil") -> Workload:
-    """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public files)."""
+def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ceil",
+                  tokenizer: str | None = None) -> Workload:
+    """Load a Mooncake trace; ``block_size`` is the tokens per hash id (512 in the public
+    files); ``tokenizer`` counts AIPerf's ``text_input`` (words without it)."""
     check_block_size(block_size)
     if hash_rounding not in ("ceil", "floor"):
         raise ConfigError(f"hash_rounding must be 'ceil' or 'floor', "
@@ -252,10 +301,12 @@ def read_mooncake(path: Path, *, block_size: int = 512, hash_rounding: str = "ce
         if not obj.keys() <= KNOWN_FIELDS:
             note_unknown(path, line, obj, KNOWN_FIELDS, seen, refused=_FOREIGN)
         rows.append(_parse_row(path, line, obj, raw, block_size, hash_rounding))
+    counted_meta: dict[str, Any] = {}
+    rows = _count_texts(path, rows, tokenizer, counted_meta)
     rows, origin, unit = _rebase(path, rows)
     units = _units(path, rows, block_size)
     meta: dict[str, Any] = {"hash_rounding": hash_rounding,
-                            "sessions": sum(u.is_session for u in units)}
+                            "sessions": sum(u.is_session for u in units), **counted_meta}
     if origin:
         meta["arrival_origin_ms"] = origin
     if unit == "s":

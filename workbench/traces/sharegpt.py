@@ -22,6 +22,7 @@ from workbench.traces import bounds
 from workbench.traces._io import choice_option, read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
+    array_element_lines,
     json_id,
     note_unknown,
     text_json_lines,
@@ -55,7 +56,7 @@ class _Turn(NamedTuple):
 
 
 class _Conversation(NamedTuple):
-    line: int  # its line (JSON lines), 0 in an array
+    nth: int  # its place in the file (0-based)
     where: str  # "conversation 3 (id 'x')", named in errors
     sid: str
     turns: list[_Turn]
@@ -66,8 +67,35 @@ def _where(index: int, cid: Any) -> str:
     return f"conversation {index}{named}"
 
 
-def _records(path: Path) -> list[tuple[int, int, Any]]:
-    """``(line, index, record)``: an array's elements (line 0), or one object a line."""
+class _Records:
+    """A file's conversation records and where each starts."""
+
+    def __init__(self, path: Path, items: list[tuple[int, Any]], array: bool) -> None:
+        self.path = path
+        self.items = items  # (line, record): line 0 in an array, found when named
+        self.array = array
+        self._lines: list[int] = []  # the array's element lines found so far
+
+    def line(self, index: int) -> int:
+        """Record ``index``'s line: its own in JSON lines; in an array, where the element
+        starts, found by reading the file again and scanning up to it
+        (``array_element_lines``) only when an error or a warning names it, so a file
+        that loads costs nothing more (docs/trace-formats.md, "sharegpt")."""
+        if not self.array:
+            return self.items[index][0]
+        if index >= len(self._lines):
+            self._lines = array_element_lines(read_text(self.path), index)
+        return self._lines[index] if index < len(self._lines) else 0  # 0: the file changed
+
+    def located(self, exc: TraceFormatError, index: int) -> TraceFormatError:
+        """``exc`` (about record ``index``) with that record's line, when it had none."""
+        if exc.line:
+            return exc
+        return TraceFormatError(self.path, self.line(index), exc.rule)
+
+
+def _records(path: Path) -> _Records:
+    """An array's elements, or one object a line."""
     text = read_text(path)
     if text.lstrip().startswith("["):
         try:
@@ -76,14 +104,15 @@ def _records(path: Path) -> list[tuple[int, int, Any]]:
             raise TraceFormatError(path, exc.lineno, f"invalid JSON ({exc.msg})") from None
         if not isinstance(doc, list):  # pragma: no cover - starts with "["
             raise TraceFormatError(path, 1, "a ShareGPT file is a JSON array of conversations")
-        return [(0, i, rec) for i, rec in enumerate(doc)]
+        return _Records(path, [(0, rec) for rec in doc], True)
     first = text.lstrip().split("\n", 1)[0].strip()
     if not first.startswith("{") or first == "{":  # not JSON, or one object over lines
         line = text[: len(text) - len(text.lstrip())].count("\n") + 1
         raise TraceFormatError(path, line, "a ShareGPT file is a JSON array of conversations "
                                            "(or one conversation object a line)")
-    return [(line, i, obj) for i, (line, obj, _raw)
-            in enumerate(text_json_lines(path, text, "a conversation object", fmt=FORMAT))]
+    return _Records(path, [(line, obj) for line, obj, _raw
+                           in text_json_lines(path, text, "a conversation object", fmt=FORMAT)],
+                    False)
 
 
 def _conversation(path: Path, line: int, index: int, rec: Any,
@@ -93,7 +122,7 @@ def _conversation(path: Path, line: int, index: int, rec: Any,
                                            f"'conversations', got {bounds.shown(rec)}")
     cid = rec.get("id")
     where = _where(index, cid)
-    note_unknown(path, line, rec, KNOWN_FIELDS, extra, refused=_REFUSED)
+    note_unknown(path, line, rec, KNOWN_FIELDS, extra, refused=_REFUSED, mark=line or index)
     sid = f"sharegpt_{index}" if cid is None else json_id(path, line, f"{where}: id", cid)
     turns = rec.get("conversations")
     if not isinstance(turns, list):
@@ -105,7 +134,8 @@ def _conversation(path: Path, line: int, index: int, rec: Any,
         if not isinstance(turn, dict):
             raise TraceFormatError(path, line, f"{at} must be an object with 'from' and "
                                                f"'value', got {bounds.shown(turn)}")
-        note_unknown(path, line, turn, KNOWN_TURN_FIELDS, extra, where="conversations[].")
+        note_unknown(path, line, turn, KNOWN_TURN_FIELDS, extra, where="conversations[].",
+                     mark=line or index)
         for key in ("from", "value"):
             if key not in turn:
                 raise TraceFormatError(path, line, f"{at}: missing field {key!r}")
@@ -123,7 +153,7 @@ def _conversation(path: Path, line: int, index: int, rec: Any,
                                                "has no tokens to send or to count)")
         out.append(_Turn(role, value))
     _check_order(path, line, where, out)
-    return _Conversation(line, where, sid, out)
+    return _Conversation(index, where, sid, out)
 
 
 def _check_order(path: Path, line: int, where: str, turns: list[_Turn]) -> None:
@@ -168,31 +198,42 @@ def read_sharegpt(path: Path, *, tokenizer: str | None = None, turns: str = "all
                           "it needs turns=first")
     counter = text_counter(tokenizer)
     path = Path(path)
-    extra: dict[str, int] = {}
-    convs = [_conversation(path, line, i, rec, extra) for line, i, rec in _records(path)]
+    extra: dict[str, int] = {}  # unknown field → its first line (its record, in an array)
+    records = _records(path)
+    convs: list[_Conversation] = []
+    for i, (line, rec) in enumerate(records.items):
+        try:
+            convs.append(_conversation(path, line, i, rec, extra))
+        except TraceFormatError as exc:
+            raise records.located(exc, i) from None
     if not convs:
         raise TraceFormatError(path, 1, "no conversation: the array is empty")
-    seen: dict[str, int] = {}
+    seen: dict[str, int] = {}  # each id's conversation
     for c in convs:
         if c.sid in seen:
-            raise bounds.duplicate(path, c.line, f"{c.where}: id", c.sid, seen[c.sid])
-        seen[c.sid] = c.line
+            raise bounds.duplicate(path, records.line(c.nth), f"{c.where}: id", c.sid,
+                                   records.line(seen[c.sid]))
+        seen[c.sid] = c.nth
     counts = counter.counts([t.value for c in convs for t in c.turns])
     meta: dict[str, Any] = {"reader": {**counter.describe(), "turns": turns,
                                        "lengths": lengths}}
+    if records.array and extra:
+        records.line(max(extra.values(), default=0))  # one scan for them all
+        extra = {key: records.line(i) for key, i in extra.items()}
     warn_unknown(path, extra, meta)
-    units = (_sessions(path, convs, counts, meta) if turns == "all"
-             else _first_turns(path, convs, counts, meta, lengths == "vllm"))
+    units = (_sessions(records, convs, counts, meta) if turns == "all"
+             else _first_turns(records, convs, counts, meta, lengths == "vllm"))
     if not units:
         raise TraceFormatError(path, 0, "no conversation to replay: each has no human turn "
                                         "answered by a gpt turn (or was filtered out)")
     return Workload(tuple(units), FORMAT, str(path), None, meta)
 
 
-def _sessions(path: Path, convs: list[_Conversation], counts: list[int],
+def _sessions(records: _Records, convs: list[_Conversation], counts: list[int],
               meta: dict[str, Any]) -> list[Unit]:  # fmt: skip
     """Round k: prefix = round k−1's prompt and reply, input = human turn k (with the system
     turns on round 0), output = gpt turn k's count."""
+    path = records.path
     units: list[Unit] = []
     at = 0
     leading: list[int] = []
@@ -215,10 +256,13 @@ def _sessions(path: Path, convs: list[_Conversation], counts: list[int],
             question, reply = pairs[k][1], pairs[k + 1][1]
             fresh += question
             if min(fresh, reply) < 1:
-                raise TraceFormatError(path, c.line, (
+                raise TraceFormatError(path, records.line(c.nth), (
                     f"{c.where}, round {k // 2}: a turn counts 0 tokens (its text has none "
                     "by this tokenizer)"))
-            bounds.check_round(path, c.line, prefix + fresh, reply, f"{c.where}, round {k // 2}")
+            try:
+                bounds.check_round(path, 0, prefix + fresh, reply, f"{c.where}, round {k // 2}")
+            except TraceFormatError as exc:
+                raise records.located(exc, c.nth) from None
             rounds.append(Round(request_id(c.sid, k // 2), c.sid, k // 2, 0.0, prefix, fresh,
                                 reply))
             prefix, fresh = prefix + fresh + reply, 0
@@ -226,19 +270,20 @@ def _sessions(path: Path, convs: list[_Conversation], counts: list[int],
             empty.append(n)
             continue
         units.append(Unit(c.sid, "session", 0.0, tuple(rounds)))
-    _note(path, meta, "skipped_leading_replies", leading, "starting with a gpt turn (a "
+    _note(records, meta, "skipped_leading_replies", leading, "starting with a gpt turn (a "
           "follow-up to an earlier conversation)", "that turn left out")
-    _note(path, meta, "unanswered_last_turns", unanswered, "ending with a human turn no gpt "
+    _note(records, meta, "unanswered_last_turns", unanswered, "ending with a human turn no gpt "
           "turn answers", "that turn left out (its output length is unknown)")
-    _note(path, meta, "skipped_conversations", empty, "without a human turn answered by a "
+    _note(records, meta, "skipped_conversations", empty, "without a human turn answered by a "
           "gpt turn", "skipped")
     return units
 
 
-def _first_turns(path: Path, convs: list[_Conversation], counts: list[int],
+def _first_turns(records: _Records, convs: list[_Conversation], counts: list[int],
                  meta: dict[str, Any], vllm: bool) -> list[Unit]:  # fmt: skip
     """vLLM's ``ShareGPTDataset.sample``: turn 0's text is the prompt, turn 1's count the
     output, whatever their roles; fewer than two turns, skipped."""
+    path = records.path
     units: list[Unit] = []
     at = 0
     short: list[int] = []
@@ -255,23 +300,27 @@ def _first_turns(path: Path, convs: list[_Conversation], counts: list[int],
             filtered.append(n)
             continue
         if min(prompt, out) < 1:
-            raise TraceFormatError(path, c.line, f"{c.where}: a turn counts 0 tokens")
-        bounds.check_round(path, c.line, prompt, out, c.where)
+            raise TraceFormatError(path, records.line(c.nth),
+                                   f"{c.where}: a turn counts 0 tokens")
+        try:
+            bounds.check_round(path, 0, prompt, out, c.where)
+        except TraceFormatError as exc:
+            raise records.located(exc, c.nth) from None
         rnd = Round(c.sid, c.sid, 0, 0.0, 0, prompt, out)
         units.append(Unit(c.sid, "independent", 0.0, (rnd,)))
-    _note(path, meta, "skipped_conversations", short, "with fewer than two turns", "skipped")
-    _note(path, meta, "skipped_by_length_filter", filtered, "outside vLLM's length "
+    _note(records, meta, "skipped_conversations", short, "with fewer than two turns", "skipped")
+    _note(records, meta, "skipped_by_length_filter", filtered, "outside vLLM's length "
           f"filter (each at least {_VLLM_MIN} tokens, prompt at most {_VLLM_PROMPT}, prompt + "
           f"output at most {_VLLM_TOTAL})", "skipped")
     return units
 
 
-def _note(path: Path, meta: dict[str, Any], key: str, indices: list[int], what: str,
+def _note(records: _Records, meta: dict[str, Any], key: str, indices: list[int], what: str,
           done: str) -> None:
     """One warning for the conversations a reader skipped or cut (their indices in the
     file), their count in ``meta[key]`` (never silently: docs/trace-formats.md)."""
     if indices:
         meta[key] = len(indices)
-        log.warning("%s: %s %s (the first: conversation %d): %s", path,
+        log.warning("%s: %s %s (the first: conversation %d, line %d): %s", records.path,
                     counted(len(indices), "conversation", "conversations"), what, indices[0],
-                    done)
+                    records.line(indices[0]), done)

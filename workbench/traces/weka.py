@@ -25,6 +25,7 @@ from workbench.traces import bounds
 from workbench.traces._io import read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
+    array_element_lines,
     document_rule,
     json_id,
     json_int,
@@ -126,10 +127,12 @@ def _options(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def trace_files(path: Path) -> list[Path]:
-    """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name."""
+    """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name,
+    hidden ones left out (as detection and ``load.source_sha256`` leave them out)."""
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
+    files = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file()
+                   and not p.name.startswith("."))
     if not files:
         raise TraceFormatError(path, 0, f"folder has no {', '.join(SUFFIXES)} files")
     return files
@@ -156,6 +159,8 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
                                        "not parse from there (cut short?)") from None
     if isinstance(whole, dict | list):
         src = _Source(path, text.count("\n", 0, start) + 1)
+        # each element's own line (one scan, no second parse: json_io.array_element_lines)
+        lines = array_element_lines(text, len(whole) - 1) if isinstance(whole, list) else []
         del text  # the document is read: its text is let go
     if isinstance(whole, dict):
         yield src, whole
@@ -163,10 +168,11 @@ def _sources(path: Path) -> Iterator[tuple[_Source, dict[str, Any]]]:
         if not whole:
             raise TraceFormatError(path, src.line, "the list holds no conversation")
         for i, obj in enumerate(whole):
+            at = _Source(path, lines[i])
             if not isinstance(obj, dict):
-                raise TraceFormatError(path, src.line,
+                raise TraceFormatError(path, at.line,
                                        f"[{i}]: each conversation must be a JSON object")
-            yield src, obj
+            yield at, obj
     else:
         what = "a conversation (a JSON object)"
         for lineno, obj, _ in text_json_lines(path, text, what, fmt=FORMAT):

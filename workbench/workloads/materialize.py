@@ -200,7 +200,7 @@ def _load_source(source: str | Path, spec: TracegenSpec, rng: np.random.Generato
         raise TraceFormatError(path, 0, "no such file (nor a synthetic: description)")
     fmt = spec.fmt
     name = detect_format(path) if fmt == "auto" else FORMATS.canonical(fmt)
-    options = {"tool_wait": spec.tool_wait} if name == "tracelab" else {}
+    options: dict[str, Any] = {"tool_wait": spec.tool_wait} if name == "tracelab" else {}
     workload = load_trace(path, fmt=fmt, **options)
     if not workload.units or not all(u.is_session for u in workload.units):
         raise ConfigError(f"tracegen needs session units; {path} ({workload.fmt}) has others")

@@ -24,6 +24,7 @@ from workbench.plurals import noun
 from workbench.records import Round, Unit, Workload
 from workbench.registry import Registry
 from workbench.traces.bounds import check_workload
+from workbench.traces.graph import window as graph_window
 from workbench.traces.load import load_trace
 from workbench.workloads.synthetic import (
     MAX_ROUNDS_PER_SESSION,
@@ -107,14 +108,16 @@ class SharedPrefixSpec:
     block: int = 16
 
 
-def load_source(path: str | Path, fmt: str = "auto", **options: Any) -> Workload:
+def load_source(path: str | Path, fmt: str = "auto", *,
+                window: tuple[int, int | None] | None = None, **options: Any) -> Workload:
     """A ``synthetic:`` description drawn (``generate``, checked against the trace bounds),
-    anything else read by ``load_trace``."""
+    anything else read by ``load_trace``; ``window=(offset, count)``: those units only
+    (``traces.graph.window``; a reader that can reads them without holding the file)."""
     if not (isinstance(path, str) and path.startswith(SYNTHETIC_PREFIX)):
-        return load_trace(bundled_or_path(path), fmt, **options)
+        return load_trace(bundled_or_path(path), fmt, window=window, **options)
     workload = generate(str(path))
     check_workload(str(path), workload)
-    return workload
+    return workload if window is None else graph_window(workload, *window)
 
 
 def bundled_or_path(path: str | Path) -> str | Path:
