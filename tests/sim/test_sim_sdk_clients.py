@@ -210,3 +210,15 @@ async def test_anthropic_errors_are_sdk_errors(claude) -> None:
     with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
         await client.messages.create(model=MODEL, max_tokens=1,
                                      messages=[{"role": "user", "content": "w " * 140_000}])
+
+
+async def test_anthropic_count_tokens_is_the_prompt_a_message_would_have(claude) -> None:
+    """``/v1/messages/count_tokens`` (vLLM serves it; Claude Code asks it before a long
+    request): the prompt the same request gets in ``/v1/messages``."""
+    client, _ = claude
+    counted = await client.messages.count_tokens(model=MODEL, system="be brief",
+                                                 messages=_conversation(2))
+    answer = await client.messages.create(model=MODEL, max_tokens=1, system="be brief",
+                                          messages=_conversation(2))
+    u = answer.usage
+    assert counted.input_tokens == u.input_tokens + (u.cache_read_input_tokens or 0) > 100

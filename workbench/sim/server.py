@@ -33,7 +33,16 @@ from workbench.sim.encoders import ENCODERS, WireEncoder, dumps
 from workbench.sim.engine import Engine
 from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
-from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, chat_prompt, now_s, prompt_ids
+from workbench.sim.wire import (
+    PARSERS,
+    GenRequest,
+    Json,
+    WireError,
+    chat_prompt,
+    messages_as_chat,
+    now_s,
+    prompt_ids,
+)
 from workbench.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -94,6 +103,7 @@ class SimServer:
             web.post("/inference/v1/generate", gen("generate")),
             web.post("/generate", gen("sglang")),
             web.post("/v1/messages", gen("messages")),
+            web.post("/v1/messages/count_tokens", self._count_tokens),
             web.get("/v1/models", self._models),
             web.post("/tokenize", self._tokenize),
             web.get("/health", self._health),
@@ -152,6 +162,15 @@ class SimServer:
             return _json(err.body(), status=err.status)
         return _json({"count": len(ids), "max_model_len": self.config.max_model_len,
                       "tokens": ids, "token_strs": None})
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """Anthropic's ``POST /v1/messages/count_tokens``: the prompt ``/v1/messages`` would
+        prefill for the same request (docs/wire-protocols.md, "Anthropic Messages")."""
+        try:
+            ids = chat_prompt(messages_as_chat(await _json_body(request)), self.tok)
+        except WireError as err:
+            return _json(err.body(), status=err.status)
+        return _json({"input_tokens": len(ids)})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
