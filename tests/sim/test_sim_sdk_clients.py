@@ -202,14 +202,23 @@ async def test_anthropic_messages_prompt_is_the_chat_template_of_its_blocks(clau
 
 
 async def test_anthropic_errors_are_sdk_errors(claude) -> None:
-    """A request the engine refuses is an HTTP error the SDK raises as its class."""
+    """A request the engine refuses is an HTTP error the SDK raises as its class, its body
+    Anthropic's error shape (``{"type": "error", "error": {"type", "message"}}``), as
+    vLLM's Anthropic front end translates its errors."""
     client, _ = claude
-    with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
+    with pytest.raises(anthropic.BadRequestError, match="max_tokens") as zero:
         await client.messages.create(model=MODEL, max_tokens=0,
                                      messages=[{"role": "user", "content": "hi"}])
-    with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
+    with pytest.raises(anthropic.BadRequestError, match="maximum context length") as long:
         await client.messages.create(model=MODEL, max_tokens=1,
                                      messages=[{"role": "user", "content": "w " * 140_000}])
+    with pytest.raises(anthropic.BadRequestError, match="role must be") as role:
+        await client.messages.count_tokens(model=MODEL,
+                                           messages=[{"role": "tool", "content": "hi"}])
+    for err in (zero.value, long.value, role.value):
+        assert isinstance(err.body, dict) and err.body["type"] == "error"
+        assert err.body["error"]["type"] == "BadRequestError"
+        assert set(err.body["error"]) == {"type", "message"}
 
 
 async def test_anthropic_count_tokens_is_the_prompt_a_message_would_have(claude) -> None:
@@ -222,3 +231,13 @@ async def test_anthropic_count_tokens_is_the_prompt_a_message_would_have(claude)
                                           messages=_conversation(2))
     u = answer.usage
     assert counted.input_tokens == u.input_tokens + (u.cache_read_input_tokens or 0) > 100
+
+
+async def test_a_bad_length_limit_is_named_as_the_request_sent_it(sdk) -> None:
+    """A 400 names the field the request set: ``max_completion_tokens`` (what the newer
+    SDKs send) was reported as ``max_tokens``."""
+    client, _ = sdk
+    for field in ("max_completion_tokens", "max_tokens"):
+        with pytest.raises(openai.BadRequestError, match=f"^Error code: 400 - {field} must"):
+            await client.chat.completions.create(model=MODEL, messages=[USER],
+                                                 **{field: 0})  # type: ignore[call-overload]

@@ -169,7 +169,7 @@ class SimServer:
         try:
             ids = chat_prompt(messages_as_chat(await _json_body(request)), self.tok)
         except WireError as err:
-            return _json(err.body(), status=err.status)
+            return _json(err.anthropic_body(), status=err.status)
         return _json({"input_tokens": len(ids)})
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -234,7 +234,8 @@ class SimServer:
             except ValueError as exc:
                 raise WireError(400, str(exc)) from None
         except WireError as err:
-            return _json(err.body(), status=err.status)
+            body = err.anthropic_body() if protocol == "messages" else err.body()
+            return _json(body, status=err.status)
         encoder = ENCODERS[protocol](gen, self.config.model, self.tok, self.faults)
         entry = _entry(protocol, ereq)
         entry.update(placement_extra(headers))

@@ -33,6 +33,11 @@ class WireError(Exception):
             }
         }
 
+    def anthropic_body(self) -> Json:
+        """Anthropic's error shape, as vLLM's Anthropic front end translates its errors
+        (docs/wire-protocols.md, "Anthropic Messages")."""
+        return {"type": "error", "error": {"type": self.kind, "message": self.message}}
+
 
 @dataclass(frozen=True, slots=True)
 class GenRequest:
@@ -162,9 +167,11 @@ def chat_prompt(messages: Any, tok: WordTokenizer) -> list[int]:
 
 def parse_chat(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str) -> GenRequest:
     _one_choice(body)
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    # vLLM's rule: max_completion_tokens, unless unset or null, else max_tokens
+    field = "max_tokens" if body.get("max_completion_tokens") is None else "max_completion_tokens"
+    limit = body.get(field)
     return GenRequest(
-        "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, "max_tokens", 16),
+        "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, field, 16),
         bool(body.get("stream")), _stream_opts(body), False, True, model,
         limited=limit is not None,
     )  # fmt: skip
