@@ -1,16 +1,33 @@
 """The engine's wire encoders: per-protocol response shapes (stream chunks, the usage chunk,
-the full body), vLLM 0.32's and SGLang's as docs/wire-protocols.md records them, with the
+the full body), vLLM 0.32's and SGLang's as docs/wire-protocols.md records them (and
+vLLM's Anthropic Messages front end's, "Anthropic Messages" there), with the
 fault switches that change a shape. The client side's request codecs are
 ``workbench.backends``'. One ``WireEncoder`` serves one request.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import orjson
 
 from workbench.sim.faults import Faults, broken_usage
 from workbench.sim.wire import GenRequest, Json, now_s, usage
 from workbench.tokenizer import WordTokenizer
+
+DONE = b"data: [DONE]\n\n"
+
+
+def dumps(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # an integer past 64 bits (fault usage_fault "huge"): stdlib json
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def sse(chunk: Json) -> bytes:
+    return b"data: " + dumps(chunk) + b"\n\n"
 
 
 class WireEncoder:
@@ -26,11 +43,23 @@ class WireEncoder:
     def head_chunks(self) -> list[Json]:
         return []
 
+    def head_bytes(self) -> list[bytes]:
+        """The stream's events before its first token's."""
+        return [sse(c) for c in self.head_chunks()]
+
     def token_chunk(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         raise NotImplementedError
 
+    def token_bytes(self, ids: list[int], finish_reason: str | None, cached: int) -> bytes:
+        """The stream's event(s) for these output ids."""
+        return sse(self.token_chunk(ids, finish_reason, cached))
+
     def usage_chunk(self, cached: int) -> Json | None:
         return None
+
+    def end_bytes(self, usage_chunk: Json | None) -> bytes:
+        """The stream's end: its usage event, when it has one, then ``[DONE]``."""
+        return (sse(usage_chunk) if usage_chunk else b"") + DONE
 
     def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
         raise NotImplementedError
@@ -69,12 +98,17 @@ class CompletionsEncoder(WireEncoder):
             "choices": choices,
         }
 
+    def _reason(self, finish_reason: str | None) -> str | None:
+        """The wire's finish reason: a request that set no length limit ends at the
+        engine's default length as a model ends at its end of sequence, ``stop``."""
+        return "stop" if finish_reason == "length" and not self.gen.limited else finish_reason
+
     def _choice(self, ids: list[int], finish_reason: str | None, text: str) -> Json:
         choice: Json = {
             "index": 0,
             "text": text,
             "logprobs": None,
-            "finish_reason": finish_reason,
+            "finish_reason": self._reason(finish_reason),
             "stop_reason": None,
         }
         if self.gen.return_token_ids:
@@ -116,11 +150,12 @@ class ChatEncoder(CompletionsEncoder):
         ]
 
     def _choice(self, ids: list[int], finish_reason: str | None, text: str) -> Json:
+        reason = self._reason(finish_reason)
         if self.gen.stream:
             return {"index": 0, "delta": {"content": text}, "logprobs": None,
-                    "finish_reason": finish_reason}
+                    "finish_reason": reason}
         message = {"role": "assistant", "content": text}
-        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
 
 
 class GenerateEncoder(WireEncoder):
@@ -218,9 +253,67 @@ class SglangEncoder(WireEncoder):
         return self._body(self.echo + ids, finish_reason, cached)
 
 
+#: the engine's finish reasons as Anthropic's stop reasons (vLLM's ``stop_reason_map``)
+ANTHROPIC_STOP = {"length": "max_tokens", "stop": "end_turn"}
+
+
+class MessagesEncoder(WireEncoder):
+    """Anthropic's ``/v1/messages`` (docs/wire-protocols.md, "Anthropic Messages"): one
+    text block; a stream of named events, ``message_start`` (input usage) with the first
+    token, ``content_block_delta`` per batch, then ``content_block_stop``,
+    ``message_delta`` (stop reason, usage) and ``message_stop``."""
+
+    def _event(self, data: Json) -> bytes:
+        return b"event: " + data["type"].encode() + b"\ndata: " + dumps(data) + b"\n\n"
+
+    def _anthropic_usage(self, cached: int) -> Json:
+        """Anthropic's split: uncached input, cache reads (the engine's hit), writes 0."""
+        return {"input_tokens": len(self.gen.prompt_ids) - cached,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached,
+                "output_tokens": self.completion}
+
+    def _message(self, content: list[Json], stop: str | None, cached: int) -> Json:
+        msg: Json = {"id": f"msg_{self.gen.request_id}", "type": "message",
+                     "role": "assistant", "model": self.model, "content": content,
+                     "stop_reason": stop, "stop_sequence": None}
+        if not self.faults.omit_usage:
+            msg["usage"] = self._anthropic_usage(cached)
+        return msg
+
+    def token_bytes(self, ids: list[int], finish_reason: str | None, cached: int) -> bytes:
+        out = b""
+        if self.first:
+            self.first = False
+            out = self._event({"type": "message_start", "message": self._message([], None, cached)})
+            out += self._event({"type": "content_block_start", "index": 0,
+                                "content_block": {"type": "text", "text": ""}})
+        self.completion += len(ids)
+        delta = {"type": "text_delta", "text": self._text(ids)}
+        return out + self._event({"type": "content_block_delta", "index": 0, "delta": delta})
+
+    def usage_chunk(self, cached: int) -> Json | None:
+        delta: Json = {"type": "message_delta",
+                       "delta": {"stop_reason": ANTHROPIC_STOP["length"], "stop_sequence": None}}
+        if not self.faults.omit_usage:
+            delta["usage"] = self._anthropic_usage(cached)
+        return delta
+
+    def end_bytes(self, usage_chunk: Json | None) -> bytes:
+        out = b"" if self.first else self._event({"type": "content_block_stop", "index": 0})
+        if usage_chunk:
+            out += self._event(usage_chunk)
+        return out + self._event({"type": "message_stop"})
+
+    def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
+        self.completion = len(ids)
+        stop = ANTHROPIC_STOP.get(finish_reason or "", finish_reason)
+        return self._message([{"type": "text", "text": self.tok.decode(ids)}], stop, cached)
+
+
 ENCODERS: dict[str, type[WireEncoder]] = {
     "completions": CompletionsEncoder,
     "chat": ChatEncoder,
     "generate": GenerateEncoder,
     "sglang": SglangEncoder,
+    "messages": MessagesEncoder,
 }

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import json
 import logging
 import os
 import random
@@ -30,11 +29,20 @@ from workbench.errors import ListenError, OutputWriteError
 from workbench.placement import placement_extra
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
 from workbench.sim.config import EngineConfig
-from workbench.sim.encoders import ENCODERS, WireEncoder
+from workbench.sim.encoders import ENCODERS, WireEncoder, dumps
 from workbench.sim.engine import Engine
 from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
-from workbench.sim.wire import PARSERS, GenRequest, Json, WireError, chat_prompt, now_s, prompt_ids
+from workbench.sim.wire import (
+    PARSERS,
+    GenRequest,
+    Json,
+    WireError,
+    chat_prompt,
+    messages_as_chat,
+    now_s,
+    prompt_ids,
+)
 from workbench.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -48,23 +56,11 @@ OVERRUN_FLUSH_EVENTS = 16  # overrun faults: events per write
 MAX_REQUEST_ID = 512  # characters; a longer id is refused with a 400
 SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-DONE = b"data: [DONE]\n\n"
-
-
-def _dumps(obj: Any) -> bytes:
-    try:
-        return orjson.dumps(obj)
-    except TypeError:  # an integer past 64 bits (fault usage_fault "huge"): stdlib json
-        return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def _sse(chunk: Json) -> bytes:
-    return b"data: " + _dumps(chunk) + b"\n\n"
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        body=_dumps(obj), status=status, content_type="application/json", headers=headers
+        body=dumps(obj), status=status, content_type="application/json", headers=headers
     )
 
 
@@ -106,6 +102,8 @@ class SimServer:
             web.post("/v1/chat/completions", gen("chat")),
             web.post("/inference/v1/generate", gen("generate")),
             web.post("/generate", gen("sglang")),
+            web.post("/v1/messages", gen("messages")),
+            web.post("/v1/messages/count_tokens", self._count_tokens),
             web.get("/v1/models", self._models),
             web.post("/tokenize", self._tokenize),
             web.get("/health", self._health),
@@ -138,7 +136,7 @@ class SimServer:
                 safe.make_dir(where, parents=True)
             except OSError as exc:
                 raise OutputWriteError(where, exc) from None
-            safe.write_atomic(where / f"sim-profile-{os.getpid()}-{now_s()}.json", _dumps(doc))
+            safe.write_atomic(where / f"sim-profile-{os.getpid()}-{now_s()}.json", dumps(doc))
         except (OutputWriteError, safe.LinkRefused) as err:
             log.error("profile not written: %s", err)
             return _json(WireError(500, str(err), "InternalServerError").body(), 500)
@@ -164,6 +162,15 @@ class SimServer:
             return _json(err.body(), status=err.status)
         return _json({"count": len(ids), "max_model_len": self.config.max_model_len,
                       "tokens": ids, "token_strs": None})
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """Anthropic's ``POST /v1/messages/count_tokens``: the prompt ``/v1/messages`` would
+        prefill for the same request (docs/wire-protocols.md, "Anthropic Messages")."""
+        try:
+            ids = chat_prompt(messages_as_chat(await _json_body(request)), self.tok)
+        except WireError as err:
+            return _json(err.anthropic_body(), status=err.status)
+        return _json({"input_tokens": len(ids)})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -227,7 +234,8 @@ class SimServer:
             except ValueError as exc:
                 raise WireError(400, str(exc)) from None
         except WireError as err:
-            return _json(err.body(), status=err.status)
+            body = err.anthropic_body() if protocol == "messages" else err.body()
+            return _json(body, status=err.status)
         encoder = ENCODERS[protocol](gen, self.config.model, self.tok, self.faults)
         entry = _entry(protocol, ereq)
         entry.update(placement_extra(headers))
@@ -254,7 +262,7 @@ class SimServer:
     ) -> web.StreamResponse:  # fmt: skip
         resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
-        buf = [_sse(c) for c in encoder.head_chunks()]
+        buf = encoder.head_bytes()
         writer = _Writer(resp, entry, self)
         if writer.due_disconnect():
             return await writer.drop(request, buf)
@@ -264,7 +272,7 @@ class SimServer:
                 if not out.token_ids:
                     continue  # engine stopped: end the stream without usage
                 reason = None if extra else out.finish_reason
-                buf.append(_sse(encoder.token_chunk(out.token_ids, reason, ereq.cached_tokens)))
+                buf.append(encoder.token_bytes(out.token_ids, reason, ereq.cached_tokens))
                 writer.pending += len(out.token_ids)
                 if writer.due_disconnect():
                     return await writer.drop(request, buf)
@@ -275,7 +283,7 @@ class SimServer:
         if extra and ereq.output_ids:
             await self._overrun(writer, encoder, ereq, extra)
         tail = encoder.usage_chunk(ereq.cached_tokens) if ereq.finish_reason == "length" else None
-        await resp.write((_sse(tail) if tail else b"") + DONE)
+        await resp.write(encoder.end_bytes(tail))
         await resp.write_eof()
         return resp
 
@@ -290,7 +298,7 @@ class SimServer:
         for k in range(extra):
             last = k == extra - 1
             reason = ereq.finish_reason if last else None
-            buf.append(_sse(encoder.token_chunk([token], reason, ereq.cached_tokens)))
+            buf.append(encoder.token_bytes([token], reason, ereq.cached_tokens))
             writer.pending += 1
             if len(buf) >= OVERRUN_FLUSH_EVENTS or last:
                 await writer.flush(buf)

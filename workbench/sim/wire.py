@@ -1,10 +1,11 @@
-"""Wire shapes of the four protocols the embedded engine speaks, as plain dicts
-(docs/wire-protocols.md): ``parse_*`` turn a request body into a ``GenRequest``; the
-responses are ``sim.encoders``'. No aiohttp here.
+"""Wire shapes of the four protocols the embedded engine speaks, and of Anthropic's
+Messages for other clients, as plain dicts (docs/wire-protocols.md): ``parse_*`` turn a
+request body into a ``GenRequest``; the responses are ``sim.encoders``'. No aiohttp here.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class WireError(Exception):
             }
         }
 
+    def anthropic_body(self) -> Json:
+        """Anthropic's error shape, as vLLM's Anthropic front end translates its errors
+        (docs/wire-protocols.md, "Anthropic Messages")."""
+        return {"type": "error", "error": {"type": self.kind, "message": self.message}}
+
 
 @dataclass(frozen=True, slots=True)
 class GenRequest:
@@ -47,6 +53,9 @@ class GenRequest:
     text_input: bool
     model: str
     cached_tokens_details: bool = False  # SGLang return_cached_tokens_details
+    #: the request set its length limit; without one, the default length ends as a model's
+    #: own end: ``stop``, not ``length`` (docs/embedded-engine.md, "Clients we did not write")
+    limited: bool = True
 
 
 def _ids(value: Any, what: str) -> list[int]:
@@ -113,21 +122,34 @@ def parse_completions(
 ) -> GenRequest:
     _one_choice(body)
     ids, text = _prompt(body.get("prompt"), tok)
+    limit = body.get("max_tokens")
     return GenRequest(
-        "completions", rid, ids, _positive(body.get("max_tokens"), "max_tokens", 16),
+        "completions", rid, ids, _positive(limit, "max_tokens", 16),
         bool(body.get("stream")), _stream_opts(body), bool(body.get("return_token_ids")),
-        text, model,
+        text, model, limited=limit is not None,
     )  # fmt: skip
 
 
-ROLE_IDS = {"system": 3, "user": 4, "assistant": 5, "tool": 6}
+#: ``developer`` is the newer OpenAI APIs' name for ``system`` (vLLM takes both): one id
+ROLE_IDS = {"system": 3, "developer": 3, "user": 4, "assistant": 5, "tool": 6}
 END_OF_TURN = 7
 
 
+def _calls_text(calls: Any) -> str:
+    """An assistant message's ``tool_calls`` as its template renders them: each call's
+    function name and arguments (docs/embedded-engine.md, "Clients we did not write")."""
+    if not isinstance(calls, list):
+        return ""
+    fns = [c.get("function") for c in calls if isinstance(c, dict)]
+    return " ".join(f"{f.get('name') or ''} {f.get('arguments') or ''}"
+                    for f in fns if isinstance(f, dict))
+
+
 def chat_prompt(messages: Any, tok: WordTokenizer) -> list[int]:
-    """The built-in chat template: ``<|role|> content <|end|>`` per message, then
-    ``<|assistant|>``. So a conversation costs 2 tokens per message plus 1 more
-    than its content: the hidden template overhead real chat servers add."""
+    """The built-in chat template: ``<|role|> content <|end|>`` per message (an
+    assistant's tool calls after its content), then ``<|assistant|>``. So a conversation
+    costs 2 tokens per message plus 1 more than its content: the hidden template overhead
+    real chat servers add."""
     if not isinstance(messages, list) or not messages:
         raise WireError(400, "messages must be a non-empty list")
     ids: list[int] = []
@@ -137,17 +159,75 @@ def chat_prompt(messages: Any, tok: WordTokenizer) -> list[int]:
         content = m.get("content") or ""
         if isinstance(content, list):
             content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-        ids += [ROLE_IDS[m["role"]], *tok.encode(str(content)), END_OF_TURN]
+        ids += [ROLE_IDS[m["role"]], *tok.encode(str(content)),
+                *tok.encode(_calls_text(m.get("tool_calls"))), END_OF_TURN]
     ids.append(ROLE_IDS["assistant"])
     return ids
 
 
 def parse_chat(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str) -> GenRequest:
     _one_choice(body)
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    # vLLM's rule: max_completion_tokens, unless unset or null, else max_tokens
+    field = "max_tokens" if body.get("max_completion_tokens") is None else "max_completion_tokens"
+    limit = body.get(field)
     return GenRequest(
-        "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, "max_tokens", 16),
+        "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, field, 16),
         bool(body.get("stream")), _stream_opts(body), False, True, model,
+        limited=limit is not None,
+    )  # fmt: skip
+
+
+def _block_text(content: Any) -> str:
+    """The text of an Anthropic content value: a string, or its text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return " ".join(str(b.get("text", "")) for b in content
+                    if isinstance(b, dict) and b.get("type") == "text")
+
+
+def messages_as_chat(body: Mapping[str, Any]) -> list[Json]:
+    """An Anthropic Messages request as the chat messages vLLM converts it to
+    (docs/wire-protocols.md, "Anthropic Messages"): ``system`` first; per message its
+    text; an assistant's ``tool_use`` blocks its ``tool_calls`` (the input as JSON); a
+    user's ``tool_result`` blocks ``tool`` messages before the rest of its text."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise WireError(400, "messages must be a non-empty list")
+    chat: list[Json] = []
+    system = _block_text(body.get("system"))
+    if system:
+        chat.append({"role": "system", "content": system})
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            raise WireError(400, f"bad message {m!r}: role must be user or assistant")
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else []
+        calls = [{"id": b.get("id"), "type": "function",
+                  "function": {"name": b.get("name"),
+                               "arguments": json.dumps(b.get("input") or {})}}
+                 for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
+        for b in blocks:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                chat.append({"role": "tool", "tool_call_id": b.get("tool_use_id"),
+                             "content": _block_text(b.get("content"))})
+        text = _block_text(content)
+        if text or calls or not blocks:
+            chat.append({"role": m["role"], "content": text,
+                         **({"tool_calls": calls} if calls else {})})
+    return chat
+
+
+def parse_messages(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str
+                   ) -> GenRequest:
+    """Anthropic's ``/v1/messages``: ``max_tokens`` is required, as Anthropic's API has it."""
+    limit = body.get("max_tokens")
+    if limit is None:
+        raise WireError(400, "max_tokens is required (Anthropic's Messages API)")
+    return GenRequest(
+        "messages", rid, chat_prompt(messages_as_chat(body), tok),
+        _positive(limit, "max_tokens", 16), bool(body.get("stream")), True, False, True, model,
     )  # fmt: skip
 
 
@@ -187,6 +267,7 @@ PARSERS: dict[str, Callable[[Mapping[str, Any], str, WordTokenizer, str], GenReq
     "chat": parse_chat,
     "generate": parse_generate,
     "sglang": parse_sglang,
+    "messages": parse_messages,
 }
 
 
