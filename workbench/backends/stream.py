@@ -38,6 +38,7 @@ def malformed_event(exc: Exception) -> BackendError:
 
 
 __all__ = [
+    "CONNECT_FAILED",
     "ClientSettings",
     "ConnectError",
     "ConnectTimeoutError",
@@ -49,6 +50,12 @@ __all__ = [
     "WholeBody",
     "sent_at",
 ]
+
+
+#: ``RequestRecord.extra`` key set on a request whose connection could not be made: it
+#: never reached the server (docs/measurement-rules.md, "A server that dies"): no release
+#: lag, and the runner counts such failures in a row (``arrival.stop_after_refused``)
+CONNECT_FAILED = "connect_failed"
 
 
 class ConnectError(OSError):

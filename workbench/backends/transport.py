@@ -29,6 +29,7 @@ from workbench.backends.base import (
 from workbench.backends.overrun import AfterDone, OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
+    CONNECT_FAILED,
     RAW_MAX,
     ConnectError,
     ConnectTimeoutError,
@@ -280,6 +281,10 @@ class Transport:
             self._close_record(rec, "cancelled", "cancelled")
             raise
         except Exception as exc:
+            if isinstance(exc, ConnectError | ConnectTimeoutError):  # never reached the server
+                timed_out = isinstance(exc, TimeoutError)
+                rec.extra[CONNECT_FAILED] = "timeout" if timed_out else "refused"
+                rec.dispatch_ns = None  # (aiohttp's stamp before its connect) nothing went out
             self._close_record(rec, "error", self._describe(exc, rec))
             return None
         self._close_record(rec, "ok", None)
