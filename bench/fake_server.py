@@ -300,8 +300,10 @@ async def serve(port: int, server: FakeServer) -> None:
     async with srv:
         if server.die_after is None:
             await srv.serve_forever()
-        else:  # a killed server's process is gone: exit once it died
-            await server.died.wait()
+        else:  # a killed server's process is gone: exit once it died (gently: once the
+            await server.died.wait()  # requests it still had are answered)
+            while server.die_gently and server.open:
+                await asyncio.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> None:
