@@ -26,6 +26,11 @@ client closes it, as some proxies and servers hold a stream open after ``[DONE]`
 ``--last-chunk-ms MS`` (instant mode): an answer not held writes its body's last chunk
 MS after the rest, in a write of its own (as servers that end the body separately do).
 Each truth entry names its connection (``conn``, numbered from 1 as they are accepted).
+``--die-after N``: the server dies at its (N+1)-th completion request, as a killed engine
+does: its listening socket closes and every connection is reset (RST), that request's
+too, so later connections are refused (``FakeServer.kill``; ``died`` is set); with
+``--die-gently`` it only stops listening there and still answers the requests it has, that
+one included, as llama.cpp does after SIGTERM.
 
 Truth (``GET /debug/requests``; ``POST /debug/reset`` clears it): per request
 ``request_id`` (``x-request-id`` header, else ``fake-N``), ``arrival_ns`` (the
@@ -107,8 +112,14 @@ def _json_response(obj: Any, status: str = "200 OK") -> bytes:
 
 class FakeServer:
     def __init__(self, mode: str, ttft_ms: float, itl_ms: float, hold: bool = False,
-                 hold_first: int = 0, last_chunk_ms: float = 0.0) -> None:  # fmt: skip
+                 hold_first: int = 0, last_chunk_ms: float = 0.0,
+                 die_after: int | None = None, die_gently: bool = False) -> None:  # fmt: skip
         self.mode = mode
+        self.die_gently = die_gently
+        self.die_after = die_after  # completions answered before the server dies (--die-after)
+        self.answered = 0
+        self.listener: asyncio.AbstractServer | None = None  # set by whoever listens
+        self.died = asyncio.Event()
         self.hold = hold
         self.hold_first = hold_first  # answers still to hold (--hold-first)
         self.last_chunk_s = last_chunk_ms / 1e3
@@ -129,6 +140,17 @@ class FakeServer:
         for c in idle:
             c.transport.close()  # type: ignore[union-attr]
         return len(idle)
+
+    def kill(self) -> None:
+        """Die as a killed process does: stop listening (new connections are refused) and
+        reset every open connection (RST: a request in flight ends mid-stream); gently
+        (``die_gently``): stop listening only."""
+        if self.listener is not None:
+            self.listener.close()
+        for c in [] if self.die_gently else list(self.open):
+            if c.transport is not None:
+                c.transport.abort()
+        self.died.set()
 
 
 class Conn(asyncio.Protocol):
@@ -174,6 +196,11 @@ class Conn(asyncio.Protocol):
         assert self.transport is not None
         s = self.s
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            if s.die_after is not None and s.answered >= s.die_after and not s.died.is_set():
+                s.kill()
+                if not s.die_gently:
+                    return
+            s.answered += 1
             req = orjson.loads(body)
             if path == "/v1/completions":
                 kind, p = "completions", req.get("prompt")
@@ -267,10 +294,16 @@ class _Stream:
 async def serve(port: int, server: FakeServer) -> None:
     loop = asyncio.get_running_loop()
     srv = await loop.create_server(server.protocol, "127.0.0.1", port, backlog=4096)
+    server.listener = srv
     bound = srv.sockets[0].getsockname()[1]
     print(f"LISTENING http://127.0.0.1:{bound}", flush=True)
     async with srv:
-        await srv.serve_forever()
+        if server.die_after is None:
+            await srv.serve_forever()
+        else:  # a killed server's process is gone: exit once it died (gently: once the
+            await server.died.wait()  # requests it still had are answered)
+            while server.die_gently and server.open:
+                await asyncio.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -282,10 +315,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hold-after-done", action="store_true")
     ap.add_argument("--hold-first", type=int, default=0, metavar="N")
     ap.add_argument("--last-chunk-ms", type=float, default=0.0, metavar="MS")
+    ap.add_argument("--die-after", type=int, default=None, metavar="N")
+    ap.add_argument("--die-gently", action="store_true")
     ap.add_argument("--no-uvloop", action="store_true")
     args = ap.parse_args(argv)
     server = FakeServer(args.mode, args.ttft_ms, args.itl_ms, args.hold_after_done,
-                        args.hold_first, args.last_chunk_ms)
+                        args.hold_first, args.last_chunk_ms, args.die_after, args.die_gently)
     if not args.no_uvloop:
         try:
             import uvloop

@@ -56,6 +56,7 @@ RANGES: dict[str, Range] = {
     "arrival.duration_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.fuse_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.warmup": Range(0, MAX_COUNT),
+    "arrival.stop_after_refused": Range(1, MAX_COUNT),
     "arrival.tool_wait_scale": Range(0, 1e6),
     "arrival.request_timeout_s": Range(0, MAX_SECONDS, open_lo=True),
     "arrival.stream_idle_timeout_s": Range(0, MAX_SECONDS, open_lo=True),

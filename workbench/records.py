@@ -301,6 +301,7 @@ class RunManifest:
     metrics_scrape: dict[str, Any] | None = None
     client: dict[str, Any] | None = None
     stop_reason: str | None = None
+    stop_detail: str | None = None  # the stop in words ("server at URL refused N ...")
     stop_signal: str | None = None
     peak_active_units: int | None = None
     warmup: dict[str, Any] | None = None

@@ -210,6 +210,20 @@ async def test_no_body_statuses_are_http_errors_and_the_connection_stays_usable(
         assert rec.error.startswith("HTTP " + status[:3].decode()), rec.error
 
 
+@pytest.mark.parametrize("status", [b"429 Too Many Requests", b"503 Service Unavailable"])
+async def test_a_retry_after_is_said_in_the_error_and_not_honoured(status: bytes):
+    """A server that asks the client to back off (``Retry-After``): the request is an
+    error naming the wait the server asked for, and is not sent again (a replay keeps its
+    schedule; docs/wire-protocols.md, "Errors")."""
+    body = orjson.dumps({"error": {"message": "overloaded"}})
+    data = cl(body, b"HTTP/1.1 " + status + b"\r\nRetry-After: 7\r\n"
+              b"Content-Type: application/json\r\n")
+    for rec in await both(answer(data), n=2):
+        assert rec.status == "error" and rec.http_status == int(status[:3])
+        assert rec.error == (f"HTTP {status[:3].decode()}: {body.decode()} (the server asked "
+                             "to retry after 7; not retried: a replay keeps its schedule)")
+
+
 async def test_a_200_with_a_json_error_body_says_what_the_server_said():
     body = orjson.dumps({"error": {"message": "model 'x' not found", "code": 404}})
     data = cl(body, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")

@@ -128,3 +128,25 @@ def test_prompts_the_server_counted_otherwise_are_said() -> None:
     # a chat template's few tokens a turn stay under the bound: nothing said
     near = [rec(0, sent_prompt_tokens=100, prompt_tokens=104), rec(1, sent_prompt_tokens=100)]
     assert "prompt_counted" not in summarize(RunResult("r", near))
+
+
+def test_a_class_leaves_out_how_far_the_stream_got() -> None:
+    """A server killed mid-run cuts each stream after its own number of token events:
+    one class, "server disconnected mid-stream ×15", not 15 classes of one (the sample
+    keeps the count). Seen against bench/fake_server.py killed mid-run."""
+    from workbench.metrics.deviations import failure_class
+
+    for n in (0, 1, 115):
+        cut = f"server disconnected mid-stream after {n} token events: connection closed"
+        assert failure_class(cut, None) == "server disconnected mid-stream"
+        assert failure_class(f"stream idle for more than 60.0s after {n} token events",
+                             None) == "stream idle for more than 60.0s"
+    assert failure_class("request timed out after 600.0s after 3 token events", None) == (
+        "request timed out after 600.0s")
+    records = [rec(i, status="error", error=f"server disconnected mid-stream after {i} token "
+                   "events: connection closed mid-response") for i in range(4)]
+    s = summarize(RunResult("r", records))
+    assert s["failures"]["classes"] == [{
+        "class": "server disconnected mid-stream", "requests": 4,
+        "reason": "server disconnected mid-stream after 0 token events: connection closed "
+                  "mid-response"}]

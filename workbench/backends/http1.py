@@ -26,7 +26,6 @@ from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
     HEAD_TOO_LARGE,
-    KEPT_HEADER_PREFIX,
     ClientSettings,
     ConnectError,
     ConnectTimeoutError,
@@ -36,6 +35,7 @@ from workbench.backends.stream import (
     ResponseBody,
     StaleConnectionError,
     inflater_for,
+    kept_header,
     malformed,
     sent_at,
 )
@@ -256,8 +256,8 @@ class _Connection(asyncio.Protocol):
             self.encoding = value
         elif name == b"content-type" and self.state is not None:
             self.state.json_body = value.split(b";", 1)[0].strip().lower() == JSON_TYPE
-        elif name.startswith(KEPT_PREFIX) and self.state is not None:
-            self.state.headers[name.decode("latin-1")] = value.decode("latin-1")
+        elif self.state is not None and kept_header(text := name.decode("latin-1")):
+            self.state.headers[text] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -410,7 +410,6 @@ def _header_line(name: str, value: str) -> bytes:
         raise BackendError(f"request header {name!r}: not latin-1 text") from None
 
 
-KEPT_PREFIX = KEPT_HEADER_PREFIX.encode()
 JSON_TYPE = b"application/json"
 
 

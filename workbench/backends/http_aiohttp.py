@@ -25,7 +25,6 @@ from workbench.backends.stream import (
     ERROR_BODY_MAX,
     HEAD_MAX,
     HEAD_TOO_LARGE,
-    KEPT_HEADER_PREFIX,
     ClientSettings,
     ConnectError,
     ConnectTimeoutError,
@@ -34,6 +33,7 @@ from workbench.backends.stream import (
     ResponseBody,
     StaleConnectionError,
     inflater_for,
+    kept_header,
     malformed,
     sent_at,
 )
@@ -193,7 +193,7 @@ class AiohttpClient(ClientSettings):
                     raise malformed(HEAD_TOO_LARGE)
                 state.headers.update(
                     (k.lower(), v) for k, v in resp.headers.items()
-                    if k.lower().startswith(KEPT_HEADER_PREFIX)
+                    if kept_header(k.lower())
                 )
                 inflater = inflater_for(resp.headers.get("Content-Encoding", ""))
                 if resp.status != 200:

@@ -38,6 +38,8 @@ def malformed_event(exc: Exception) -> BackendError:
 
 
 __all__ = [
+    "CONNECT_FAILED",
+    "RETRY_AFTER",
     "ClientSettings",
     "ConnectError",
     "ConnectTimeoutError",
@@ -47,8 +49,15 @@ __all__ = [
     "StaleConnectionError",
     "StreamState",
     "WholeBody",
+    "kept_header",
     "sent_at",
 ]
+
+
+#: ``RequestRecord.extra`` key set on a request whose connection could not be made: it
+#: never reached the server (docs/measurement-rules.md, "A server that dies"): no release
+#: lag, and the runner counts such failures in a row (``arrival.stop_after_refused``)
+CONNECT_FAILED = "connect_failed"
 
 
 class ConnectError(OSError):
@@ -122,8 +131,15 @@ class ClientSettings:
         pass
 
 
-#: response headers a client keeps for the record (lower case): ``x-workbench-*``
+#: response headers a client keeps for the record (lower case): ``x-workbench-*``, and
+#: ``retry-after`` (an error says the wait a server asked for, docs/wire-protocols.md)
 KEPT_HEADER_PREFIX = "x-workbench-"
+RETRY_AFTER = "retry-after"
+
+
+def kept_header(name: str) -> bool:
+    """A response header (lower case) the clients keep in ``state.headers``."""
+    return name.startswith(KEPT_HEADER_PREFIX) or name == RETRY_AFTER
 
 
 class StreamState:

@@ -29,7 +29,9 @@ from workbench.backends.base import (
 from workbench.backends.overrun import AfterDone, OverrunGuard
 from workbench.backends.pace import DEFAULT_BUDGET_MS, Pacer
 from workbench.backends.stream import (
+    CONNECT_FAILED,
     RAW_MAX,
+    RETRY_AFTER,
     ConnectError,
     ConnectTimeoutError,
     DisconnectedError,
@@ -141,12 +143,16 @@ _CLAMP_HINT = (
 class HTTPStatusError(BackendError):
     """The server answered with a non-200 status."""
 
-    def __init__(self, status: int, body: str) -> None:
+    def __init__(self, status: int, body: str, retry_after: str | None = None) -> None:
         self.status = status
         self.body = body
         text = redact.excerpt(body.strip(), RAW_MAX) or "(empty body)"
         # vLLM's /v1/completions clamps max_tokens, then rejects our min_tokens: say why
         hint = f" ({_CLAMP_HINT})" if status == 400 and "min_tokens must be" in text else ""
+        if retry_after:  # a wait the server asked for (docs/wire-protocols.md, "Errors")
+            wait = redact.excerpt(" ".join(retry_after.split()), 64)
+            hint += (f" (the server asked to retry after {wait}; not retried: a replay keeps "
+                     "its schedule)")
         super().__init__(f"HTTP {status}: {text}{hint}")
 
 
@@ -280,6 +286,10 @@ class Transport:
             self._close_record(rec, "cancelled", "cancelled")
             raise
         except Exception as exc:
+            if isinstance(exc, ConnectError | ConnectTimeoutError):  # never reached the server
+                timed_out = isinstance(exc, TimeoutError)
+                rec.extra[CONNECT_FAILED] = "timeout" if timed_out else "refused"
+                rec.dispatch_ns = None  # (aiohttp's stamp before its connect) nothing went out
             self._close_record(rec, "error", self._describe(exc, rec))
             return None
         self._close_record(rec, "ok", None)
@@ -325,7 +335,8 @@ class Transport:
         if state.headers:  # a simulated cluster's worker (docs/cluster.md)
             rec.extra.update(placement_extra(state.headers))
         if status != 200:
-            raise HTTPStatusError(status, body.decode("utf-8", errors="replace"))
+            raise HTTPStatusError(status, body.decode("utf-8", errors="replace"),
+                                  state.headers.get(RETRY_AFTER))
         if state.json_body and not whole:  # a 200 whose body is JSON: an error body
             raise json_body_error(body[:RAW_MAX])
         if state.error is not None:

@@ -59,6 +59,9 @@ def add_axis_arguments(p: argparse.ArgumentParser) -> None:
     add("--output-len", help="trace | fixed:K | budget:T")
     add("--continue-on-error", action="store_true", default=None,
                    help="keep a session going after a failed round")
+    add("--stop-after-refused", type=int, metavar="N",
+                   help="stop the run once N connections in a row could not be made (a dead "
+                        "server; default 20; 0: never)")
     add("--request-timeout", type=float, help="per-request timeout (s)")
     add("--stream-idle-timeout", type=float, help="stream idle timeout (s)")
     add("--backend", help=" | ".join(BACKENDS.names()))
@@ -174,6 +177,7 @@ FIELD_OF_DEST: dict[str, str] = {
     **{item.partition("=")[0]: f"{section}.{item.partition('=')[2] or item}"
        for section, items in AXIS_FLAGS.items() for item in items},
     **{key: key for key in ("seed", "run_id")},
+    "stop_after_refused": "arrival.stop_after_refused",
 }
 
 
@@ -205,6 +209,9 @@ def _lay_over(args: argparse.Namespace, base: dict[str, Any], extra: dict[str, A
                 base.setdefault(section, {})[key or flag] = value
     if getattr(args, "continue_on_error", None):
         base.setdefault("arrival", {})["stop_session_on_error"] = False
+    refused = getattr(args, "stop_after_refused", None)
+    if refused is not None:  # 0: never stop on refused connections
+        base.setdefault("arrival", {})["stop_after_refused"] = refused or None
     for key in ("seed", "out_dir", "run_id", "overwrite"):
         if getattr(args, key, None) is not None:
             base[key] = getattr(args, key)

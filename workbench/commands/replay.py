@@ -93,9 +93,11 @@ def print_result(summary: dict, result: Any, args: argparse.Namespace) -> None:
 
         print(run_headline(summary, result.manifest))
         if getattr(result.manifest, "status", None) == "partial":  # the counts, in words
-            from workbench.report.tables import run_end_note
+            from workbench.report.tables import run_end_note, stop_line
 
-            print(run_end_note(result.manifest))
+            if (line := stop_line(result.manifest)) is not None:  # a dead server, say
+                print(line)
+            print(run_end_note(result.manifest, why=False))
         if args.percentiles:
             for line in percentile_lines(result, args.percentiles):
                 print(line)

@@ -12,6 +12,9 @@ from workbench.arrival.processes import SHAPE_FIELDS, ArrivalProcess, RampStrate
 from workbench.errors import ConfigError
 from workbench.ranges import MAX_OUTPUT_TOKENS
 
+#: ``arrival.stop_after_refused``'s default (docs/measurement-rules.md, "A server that dies")
+STOP_AFTER_REFUSED = 20
+
 
 @dataclass(frozen=True)
 class ArrivalSpec:
@@ -34,6 +37,9 @@ class ArrivalSpec:
     tool_wait_scale: float = 1.0
     output_len: str = "trace"
     stop_session_on_error: bool = True
+    # connections in a row that could not be made before the run stops (a dead server,
+    # docs/measurement-rules.md "A server that dies"); null: never
+    stop_after_refused: int | None = STOP_AFTER_REFUSED
     session_budget_s: float | None = None
     request_timeout_s: float | None = 600.0
     stream_idle_timeout_s: float | None = 60.0

@@ -6,6 +6,7 @@ of ``max_tokens``, prompts the server counted otherwise than sent; the summary's
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,15 +17,19 @@ if TYPE_CHECKING:
 KEPT_CLASSES = 3
 #: a sample reason is cut here
 SAMPLE_CHARS = 120
+#: how far a failed stream got (``backends.transport``'s "after N token events"): left out
+#: of its class, kept in its sample
+_PROGRESS = re.compile(r" after \d+ token events?\b")
 
 
 def failure_class(error: Any, http_status: int | None) -> str:
     """``"HTTP 400"`` for an answer the server refused, else the error's name or rule
     (the text before its first ``": "``, ``"stream idle timeout"``, ``"cannot connect to
-    http://127.0.0.1:8000"``)."""
+    http://127.0.0.1:8000"``), without how far the stream got (``"server disconnected
+    mid-stream"``: one class however many token events each got)."""
     if http_status is not None and http_status != 200:
         return f"HTTP {http_status}"
-    text = " ".join(str(error or "").split())
+    text = _PROGRESS.sub("", " ".join(str(error or "").split()))
     head = text.split(": ", 1)[0].strip()
     return head if head and len(head) <= 60 else " ".join(text.split()[:4]) or "(no message)"
 

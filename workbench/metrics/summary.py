@@ -234,6 +234,9 @@ def client_stats(
             after_done[k] = after_done.get(k, 0) + int(v)
     if any(after_done.values()):
         out["after_done"] = after_done
+    refused = int(sum(r.get("not_connected", 0) for r in raws))
+    if refused:  # never on the wire: no release lag (a dead server's, not the client's)
+        out["not_connected"] = refused
     resent = int(sum(r.get("resent_stale", 0) for r in raws))
     if resent:  # requests sent once more: a reused connection died before any byte
         out["resent_stale"] = resent

@@ -12,8 +12,8 @@ class SelfMeasure:
     """Requests in flight (integrated over time), release lag (on the wire − due) and CPU."""
 
     __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "cpu_s", "full_ns",
-                 "held_ns", "inflight", "lags_ns", "peak", "series", "steady_lags_ns",
-                 "wall_s")  # fmt: skip
+                 "held_ns", "inflight", "lags_ns", "not_connected", "peak", "series",
+                 "steady_lags_ns", "wall_s")  # fmt: skip
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -32,6 +32,9 @@ class SelfMeasure:
         # waits for a connection the server held open after [DONE], one per request that
         # waited (docs/metrics.md, "Client"): the server's, taken out of the lags
         self.held_ns = array("q")
+        # requests whose connection could not be made: never on the wire, so no release
+        # lag (docs/metrics.md, "Client"); counted apart
+        self.not_connected = 0
         # the per-request series (lags, in flight at dispatch); False keeps only the
         # counts: a virtual run has no wall clock to measure the client by
         # (executors.virtual), and they would grow with its requests
@@ -82,6 +85,7 @@ class SelfMeasure:
         """Plain data, mergeable across shards; the series stay ``array``s (docs/metrics.md)."""
         return {
             "requests": len(self.lags_ns),
+            "not_connected": self.not_connected,
             "release_lag_ns": self.lags_ns,
             "steady_release_lag_ns": self.steady_lags_ns,
             "held_wait_ns": self.held_ns,

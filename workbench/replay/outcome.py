@@ -13,6 +13,9 @@ from typing import Any
 from workbench.records import RunManifest
 from workbench.replay.runner import Runner, merge_warmup
 
+#: stop reasons of a run that ended for its server, not stopped from outside: ``partial``
+ENDED_BY_SERVER = frozenset({"server_refused"})
+
 
 @dataclass(frozen=True)
 class ShardOutcome:
@@ -22,46 +25,53 @@ class ShardOutcome:
     stop_reason: str | None  # why the shard stopped early, None if it ran to its end
     peak_active: int  # most units active at once
     warmup: dict[str, Any] | None  # what the warm-up did (Runner.warmup_report)
+    stop_detail: str | None = None  # the stop in words (Runner.stop_detail)
 
     @classmethod
     def of(cls, runner: Runner) -> ShardOutcome:
         return cls(runner.client_raw(), runner.stop_reason, runner.gate.peak_active,
-                   runner.warmup_report)  # fmt: skip
+                   runner.warmup_report, runner.stop_detail)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardOutcome:
-        return cls(d["client"], d.get("stop_reason"), int(d["peak_active"]), d.get("warmup"))
+        return cls(d["client"], d.get("stop_reason"), int(d["peak_active"]), d.get("warmup"),
+                   d.get("stop_detail"))
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     """A run's shards pooled: the first stop reason in sorted order (``"stopped"``: from
     outside, before a shard said why), peak active units summed, one warm-up report, the
-    client self-measurements."""
+    client self-measurements. A run a dead server stopped (``server_refused``) is not
+    cancelled: it is ``partial``, its unsent rounds counted as never sent."""
 
     stop_reason: str | None
     peak_active_units: int
     warmup: dict[str, Any] | None
     clients: list[dict[str, Any]]
+    stop_detail: str | None = None
 
     @classmethod
     def of(cls, shards: list[ShardOutcome], *, stopped: bool = False) -> RunOutcome:
         reasons = sorted({s.stop_reason for s in shards if s.stop_reason})
         reason = reasons[0] if reasons else ("stopped" if stopped else None)
+        detail = next((s.stop_detail for s in shards if s.stop_reason == reason), None)
         return cls(reason, sum(s.peak_active for s in shards),
-                   merge_warmup([s.warmup for s in shards]), [s.client for s in shards])
+                   merge_warmup([s.warmup for s in shards]), [s.client for s in shards],
+                   detail)
 
     @property
     def cancelled(self) -> bool:
-        return self.stop_reason is not None
+        return self.stop_reason is not None and self.stop_reason not in ENDED_BY_SERVER
 
     def write(self, manifest: RunManifest, client: dict[str, Any] | None) -> None:
         """The one writer of these manifest keys; ``client``: the pooled self-measurement
         (``metrics.summary.client_stats``), None in virtual time."""
         manifest.stop_reason = self.stop_reason
+        manifest.stop_detail = self.stop_detail
         manifest.peak_active_units = self.peak_active_units
         manifest.warmup = self.warmup
         manifest.client = client

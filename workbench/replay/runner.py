@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from workbench import redact
 from workbench.backends.base import Codec, WireRequest, make_codec
 from workbench.backends.overrun import HELD_WAIT_MS
+from workbench.backends.stream import CONNECT_FAILED
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
@@ -120,6 +122,11 @@ class Runner:
         self.streams = graph.StreamCap(cfg.arrival.max_streams)
         self.stopped = asyncio.Event()
         self.stop_reason: str | None = None
+        self.stop_detail: str | None = None  # the stop in words (``server_refused``)
+        self._refused: list[str] = []  # connect failures in a row (CONNECT_FAILED values)
+        self._refused_since = ""  # the wall-clock time of the first of them (HH:MM:SS)
+        self._draining = False  # no round starts; the run stops once none is in flight
+        self._sending = 0  # requests in the sender now
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()  # set whenever no unit task is running
         self._idle.set()
@@ -225,6 +232,8 @@ class Runner:
             self.plan.units, self.t0_ns, closed_loop=closed, loops=self._deadline_ns is not None
         )
         while (w := q.peek()) is not None:
+            if self._draining:  # a dead server: no unit starts (``_count_refused``)
+                return
             if w.scheduled_ns is not None and w.scheduled_ns > self.clock.now_ns():
                 await self.clock.sleep_until(w.scheduled_ns)
                 continue
@@ -280,7 +289,7 @@ class Runner:
         q = self._queue
         now = self.clock.now_ns()
         self._slot_freed_ns = now
-        if q is not None and self.gate.full and not self.stopped.is_set():
+        if q is not None and self.gate.full and not (self.stopped.is_set() or self._draining):
             w = q.peek()
             if w is not None and q.due(w, now) and not self._closed_loop_over():
                 return self._admit(w, slot)
@@ -369,6 +378,9 @@ class Runner:
         children = bool(run.plan.children)
         try:
             for k, rp in enumerate(run.plan.rounds):
+                if self.stopped.is_set() or self._draining:  # no round starts
+                    run.reason = "cancelled"
+                    break
                 if self._past_deadline():
                     run.reason = "truncated"
                     break
@@ -533,6 +545,7 @@ class Runner:
             now = self.clock.now_ns()
             ready = run.ready_ns or now
             measure.dispatched(now)
+        self._sending += 1
         try:
             out_ids = await self.sender.send(self.codec, req, rec)
         except asyncio.CancelledError:
@@ -547,11 +560,18 @@ class Runner:
             rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"
             out_ids = None
         finally:
+            self._sending -= 1
             self.streams.release()
             if measure is not None:
-                held = rec.extra.get(HELD_WAIT_MS)  # the server's wait, not the client's
-                measure.lag(rec.dispatch_ns or now, ready, round(held * 1e6) if held else 0)
+                if rec.extra.get(CONNECT_FAILED):  # never on the wire: no release lag
+                    measure.not_connected += 1
+                else:
+                    held = rec.extra.get(HELD_WAIT_MS)  # the server's wait, not the client's
+                    measure.lag(rec.dispatch_ns or now, ready, round(held * 1e6) if held else 0)
                 measure.ended(self.clock.now_ns())
+        self._count_refused(rec)
+        if self._draining and not self._sending:  # the last request in flight ended
+            self.stop("server_refused")
         if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
             # docs/context-policy.md: a round whose output ids cannot be trusted fails; it never
             # continues from a context that lacks what the model really said
@@ -569,6 +589,31 @@ class Runner:
             run.context = make.carry(prompt, out_ids)
         self._finish(rec)
         return rec
+
+    def _count_refused(self, rec: RequestRecord) -> None:
+        """Once ``arrival.stop_after_refused`` requests in a row could not connect (a dead
+        server, docs/measurement-rules.md "A server that dies"), no round starts and the
+        run stops (``server_refused``) when the requests still in flight have ended; a
+        request that reached the server starts the count over."""
+        failed = rec.extra.get(CONNECT_FAILED)
+        if not failed:
+            if rec.status != "cancelled":
+                self._refused.clear()
+            return
+        if not self._refused:
+            self._refused_since = time.strftime("%H:%M:%S")
+        self._refused.append(str(failed))
+        bound = self.cfg.arrival.stop_after_refused
+        if bound is None or len(self._refused) < bound or self._draining:
+            return
+        verb = ("refused" if all(f == "refused" for f in self._refused)
+                else "refused or timed out")
+        self.stop_detail = redact.text(  # (a URL's credentials are registered secrets)
+            f"server at {self.cfg.target.url or 'the target'} {verb} {len(self._refused)} "
+            f"connections in a row since {self._refused_since}")
+        log.warning("%s; no further request is sent, the run stops when the %s in flight "
+                    "end", self.stop_detail, self._sending)
+        self._draining = True
 
     def _finish(self, rec: RequestRecord) -> None:
         if rec.end_ns is None:

@@ -47,6 +47,9 @@ CANONICAL_EXCLUDED: dict[str, str] = {
     "manifest.config.executor.connection_idle_s": (
         "the live client's sockets: how long an idle connection is reused (no virtual run "
         "has one; a live run's resends are in summary.client)"),
+    "manifest.config.arrival.stop_after_refused": (
+        "the live client's sockets: refused connections in a row before the run stops (no "
+        "virtual run connects; a live run it stopped says so in stop_reason and completion)"),
     "manifest.client": "wall clock: a live client's CPU per wall second and release lags",
     "summary.client": "wall clock: a live client's CPU per wall second and release lags",
     "summary.client_bottleneck": "wall clock: derived from summary.client",

@@ -25,6 +25,7 @@ from workbench.metrics.deviations import failure_class, reason
 from workbench.metrics.distribution import QS, resolution
 from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS, measured_plan
 from workbench.metrics.wording import bounds_phrase, sig
+from workbench.plurals import counted
 from workbench.records import RunManifest
 from workbench.storage.rundir import running_note
 
@@ -144,27 +145,44 @@ def run_status_note(status: Any) -> str | None:
     return RUN_STATUS_NOTES.get(str(status), f"INCOMPLETE: status {status!r}")
 
 
-def run_end_note(manifest: RunManifest, status: Any = None) -> str | None:
+def run_end_note(manifest: RunManifest, status: Any = None, *, why: bool = True) -> str | None:
     """How a run that did not complete ended (``status``: the manifest's unless given),
     as the report's first screen and ``workbench report``'s stderr say it: a killed run's
-    names its process (``rundir.running_note``); None for a completed run or no status."""
+    names its process (``rundir.running_note``); None for a completed run or no status.
+    ``why``: a partial run's stop in words after it (``stop_detail``; ``replay`` prints
+    ``stop_line`` on its own line instead)."""
     status = manifest.status if status is None else status
     if status in (None, "completed"):
         return None
-    return running_note(manifest) or _partial_note(manifest, status) or run_status_note(status)
+    return (running_note(manifest) or _partial_note(manifest, status, why)
+            or run_status_note(status))
 
 
-def _partial_note(manifest: RunManifest, status: Any) -> str | None:
+def _partial_note(manifest: RunManifest, status: Any, why: bool = True) -> str | None:
     """``INCOMPLETE: partial (of 64 planned rounds, 31 were recorded, 8 of them skipped, and
-    33 never sent)`` from the manifest's completion counts; None without them."""
+    33 never sent)`` from the manifest's completion counts (``why``: then the stop in
+    words, ``: server at URL refused ...; stopped``); None without them."""
     c = manifest.completion or {}
     keys = ("planned_rounds", "recorded_rounds", "skipped_rounds", "not_sent_rounds")
     if status != "partial" or not all(isinstance(c.get(k), int) for k in keys):
         return None
     planned, recorded, skipped, unsent = (c[k] for k in keys)
+    stop = f": {manifest.stop_detail}; stopped" if why and manifest.stop_detail else ""
     return (f"INCOMPLETE: partial (of {planned} planned rounds, {recorded} "
             f"{'was' if recorded == 1 else 'were'} recorded, {skipped} of them skipped, and "
-            f"{unsent} never sent)")
+            f"{unsent} never sent){stop}")
+
+
+def stop_line(manifest: RunManifest) -> str | None:
+    """The one line a run its server stopped ends with (``stop_detail``, and where its
+    records are): ``server at URL refused 20 connections in a row since 17:41:07;
+    stopped; 12 records on disk``; None for any other run."""
+    if not manifest.stop_detail:
+        return None
+    recorded = (manifest.completion or {}).get("recorded_rounds")
+    where = "on disk" if manifest.config.get("out_dir") else "kept"
+    count = f"; {counted(recorded, 'record')} {where}" if isinstance(recorded, int) else ""
+    return f"{manifest.stop_detail}; stopped{count}"
 
 
 def attained_label(bounds: Mapping[str, Any]) -> str:
