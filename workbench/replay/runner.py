@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from workbench import redact
 from workbench.backends.base import Codec, WireRequest, make_codec
-from workbench.backends.overrun import HELD_WAIT_MS
+from workbench.backends.waits import server_waits_ns
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
@@ -549,8 +549,8 @@ class Runner:
         finally:
             self.streams.release()
             if measure is not None:
-                held = rec.extra.get(HELD_WAIT_MS)  # the server's wait, not the client's
-                measure.lag(rec.dispatch_ns or now, ready, round(held * 1e6) if held else 0)
+                # the server's waits (held connection, connect, first attempt): not the client's
+                measure.lag(rec.dispatch_ns or now, ready, server_waits_ns(rec))
                 measure.ended(self.clock.now_ns())
         if out_ids is None and rec.status == "ok" and make.needs_output_ids(rp):
             # docs/context-policy.md: a round whose output ids cannot be trusted fails; it never
