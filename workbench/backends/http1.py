@@ -626,7 +626,7 @@ class _Pool:
         last packet of it goes into ``rec`` (``note_connect_wait``: the server's or the
         network's, not the client's)."""
         ep = self.ep
-        began = connect_began(rec, self.now())
+        began = connect_began(rec, self.now(), tcp=True)
         try:
             async with asyncio.timeout(self.idle_s):
                 _, conn = await self.loop.create_connection(
