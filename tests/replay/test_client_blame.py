@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import shutil
 import socket
+import ssl
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -95,14 +99,15 @@ async def answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 
 
 @contextlib.asynccontextmanager
-async def held_accept(accept: asyncio.Event) -> AsyncIterator[int]:
+async def held_accept(accept: asyncio.Event,
+                      tls: ssl.SSLContext | None = None) -> AsyncIterator[int]:
     """A server on 127.0.0.1 listening with ``BACKLOG``, accepting nothing until
-    ``accept`` is set; its port."""
+    ``accept`` is set (with ``tls``, its handshakes follow the accept); its port."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(BACKLOG)
     sock.setblocking(False)
-    server = await asyncio.start_server(answer_each, sock=sock, backlog=BACKLOG,
+    server = await asyncio.start_server(answer_each, sock=sock, backlog=BACKLOG, ssl=tls,
                                         start_serving=False)
 
     async def open_when_set() -> None:
@@ -120,17 +125,21 @@ async def held_accept(accept: asyncio.Event) -> AsyncIterator[int]:
                 await server.wait_closed()
 
 
-def syn_sent_to(port: int) -> bool:
-    """A connect to 127.0.0.1:``port`` is waiting for its SYN to be answered."""
+#: ESTABLISHED in /proc/net/tcp's ``st`` column
+ESTABLISHED = "01"
+
+
+def connecting_to(port: int, state: str) -> bool:
+    """A client socket to 127.0.0.1:``port`` is in TCP ``state``."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if fields[2] == f"0100007F:{port:04X}" and fields[3] == SYN_SENT:
+        if fields[2] == f"0100007F:{port:04X}" and fields[3] == state:
             return True
     return False
 
 
-async def until_syn_sent(port: int) -> None:
-    while not syn_sent_to(port):
+async def until_syn_sent(port: int, state: str = SYN_SENT) -> None:
+    while not connecting_to(port, state):
         await asyncio.sleep(POLL_S)
 
 
@@ -349,3 +358,47 @@ def test_a_connection_noticed_late_by_a_busy_loop_is_the_clients_lateness(http):
     assert began is not None
     # the kernel counts in ticks (at most 10 ms): the burn is off the wait but for one
     assert rec.extra[CONNECT_WAIT_MS] * 1e6 <= (now - began[0]) - burn_ns + 10_000_000
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    key, cert = tmp / "key.pem", tmp / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return key, cert
+
+
+async def test_a_tls_handshake_the_server_holds_is_its_connect_wait(http, tmp_path):
+    """The kernel makes the TCP connection (the backlog has room); the server accepts it,
+    and so begins the TLS handshake, only once the test has seen it made: the hold is the
+    request's connect wait, out of its release lag."""
+    key, cert = _self_signed(tmp_path)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    accept = asyncio.Event()
+    async with held_accept(accept, server_ctx) as port, asyncio.timeout(LIMIT):
+        url = f"https://127.0.0.1:{port}"
+        cfg = config(independent(tmp_path, [0]), url, http)
+        opts = dataclasses.replace(TransportOptions.of_run(cfg, url),
+                                   ssl_context=ssl.create_default_context(cafile=str(cert)))
+        async with Transport(opts) as t:
+            run = asyncio.ensure_future(replay(cfg, t))
+            await until_syn_sent(port, ESTABLISHED)  # made, its handshake not begun
+            seen_ns = time.perf_counter_ns()
+            await asyncio.sleep(0)  # (a turn of the loop: the handshake still held)
+            set_ns = time.perf_counter_ns()
+            accept.set()
+            runner, records = await run
+    (rec,) = records
+    assert rec.status == "ok", rec.error
+    assert rec.dispatch_ns > seen_ns
+    wait_ns = rec.extra[CONNECT_WAIT_MS] * 1e6
+    assert wait_ns >= set_ns - seen_ns > 0  # the hold is inside the connect wait
+    # and out of the release lag: due at the run's start (arrival 0), sent at dispatch
+    (lag,) = runner.client_raw()["release_lag_ns"]
+    assert lag == pytest.approx(max(0, rec.dispatch_ns - runner.t0_ns - wait_ns), abs=1e3)
