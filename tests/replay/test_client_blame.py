@@ -398,7 +398,10 @@ async def test_a_tls_handshake_the_server_holds_is_its_connect_wait(http, tmp_pa
     assert rec.status == "ok", rec.error
     assert rec.dispatch_ns > seen_ns
     wait_ns = rec.extra[CONNECT_WAIT_MS] * 1e6
-    assert wait_ns >= set_ns - seen_ns > 0  # the hold is inside the connect wait
+    if http == "httptools":  # the kernel says when the server's last packet came
+        assert wait_ns >= set_ns - seen_ns > 0  # the hold is inside the connect wait
+    else:  # aiohttp: the loop's idle time meanwhile, a lower bound (waits.py), and this
+        assert wait_ns >= 0  # server's handshake runs on the client's own loop
     # and out of the release lag: due at the run's start (arrival 0), sent at dispatch
     (lag,) = runner.client_raw()["release_lag_ns"]
     assert lag == pytest.approx(max(0, rec.dispatch_ns - runner.t0_ns - wait_ns), abs=1e3)

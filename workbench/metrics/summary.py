@@ -195,10 +195,11 @@ def slo_attainment(
 #: the client, not the server, limited the run when either bound is crossed
 CLIENT_CPU_BOUND = 0.9  # CPU seconds per wall second of one process (one core)
 CLIENT_LAG_P99_MS = 10.0
-#: new connections whose p99 took longer than this (ms) to be made (while the client's loop
-#: sat idle) name the server as slow to accept them: past a TCP and TLS 1.3 handshake of
-#: one or two cross-continent round trips, well short of the 1 s after which the kernel
-#: sends a SYN again that a full accept backlog dropped (docs/metrics.md, "Client")
+#: new connections whose p99 took longer than this (ms) to be made (to the server's last
+#: packet of them, backends/waits.py) name the server as slow to accept them: past a TCP
+#: and TLS 1.3 handshake of one or two cross-continent round trips, well short of the 1 s
+#: after which the kernel sends a SYN again that a full accept backlog dropped
+#: (docs/metrics.md, "Client")
 CONNECT_P99_MS = 100.0
 #: the percentile of the release lag the verdict judges (CLIENT_LAG_P99_MS)
 LAG_Q = 99.0
@@ -275,8 +276,7 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     requests (None: it does not)."""
     reasons = []
     util = stats.get("cpu_util")
-    busy = util is not None and util >= CLIENT_CPU_BOUND
-    if busy and util is not None:
+    if util is not None and util >= CLIENT_CPU_BOUND:
         reasons.append(f"client CPU {beside(util, CLIENT_CPU_BOUND, 0, 100)}% of a core "
                        f"(>= {CLIENT_CPU_BOUND:.0%})")
     which, lag = judged_lag(stats)
@@ -288,11 +288,10 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     connect = stats.get("connect_wait_ms") or {}
     cp99 = connect.get("p99")
     if cp99 is not None and cp99 > CONNECT_P99_MS:
-        text = (f"server slow to accept connections: p99 {beside(cp99, CONNECT_P99_MS)} ms "
-                f"over {counted(connect.get('count'), 'connection')}")
-        if busy:  # a busy loop sees a connection made late: part of the wait may be its own
-            text += ", partly the client's busy loop"
-        server.append(text)
+        # (a busy loop's lateness in noticing a made connection is not in it: waits.py)
+        server.append(f"server slow to accept connections: p99 "
+                      f"{beside(cp99, CONNECT_P99_MS)} ms over "
+                      f"{counted(connect.get('count'), 'connection')}")
     thin = None
     needed = support(LAG_Q)
     if not reasons and p99 is not None and isinstance(n, int) and needed and n < needed:
