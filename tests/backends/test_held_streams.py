@@ -20,8 +20,8 @@ import pytest
 from test_transport import LIMIT, record
 
 from workbench.backends import BACKENDS, WireRequest
-from workbench.backends.overrun import HELD_WAIT_MS
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
+from workbench.backends.waits import HELD_WAIT_MS
 from workbench.records import RequestRecord
 
 _spec = importlib.util.spec_from_file_location(

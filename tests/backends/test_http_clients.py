@@ -27,8 +27,8 @@ from loopback import read_request, serve_raw
 from test_transport import LIMIT, REQ, record, sse, tok, usage
 
 from workbench.backends import BACKENDS, WireRequest
-from workbench.backends.overrun import HELD_WAIT_MS
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
+from workbench.backends.waits import HELD_WAIT_MS
 from workbench.records import RequestRecord
 from workbench.sse import SSEDecoder
 

@@ -369,11 +369,11 @@ def test_a_wait_for_a_connection_the_server_held_is_not_client_lag() -> None:
     is taken out of its release lag and counted apart (docs/metrics.md, "Client")."""
     m = SelfMeasure()
     m.dispatched(0)
-    m.lag(1_000_000_005, 0, held_ns=1_000_000_000)  # 1 s of it waiting on the server
+    m.lag(1_000_000_005, 0, (1_000_000_000, None, None))  # 1 s of it waiting on the server
     m.dispatched(10)
     m.lag(12, 10)
     m.dispatched(20)
-    m.lag(300_000_021, 20, held_ns=300_000_000)
+    m.lag(300_000_021, 20, (300_000_000, None, None))
     raw = m.raw()
     assert list(raw["release_lag_ns"]) == [5, 2, 1]
     assert list(raw["held_wait_ns"]) == [1_000_000_000, 300_000_000]
@@ -425,7 +425,8 @@ def test_client_stats_pool_processes_and_flag_cpu() -> None:
 
 def test_client_bottleneck_flag_bounds() -> None:
     ok = {"cpu_util": 0.89, "release_lag_ms": {"p99": 10.0}}
-    assert client_bottleneck(ok) == {"client_bottleneck": False, "client_bottleneck_reasons": []}
+    assert client_bottleneck(ok) == {"client_bottleneck": False, "client_bottleneck_reasons": [],
+                                     "server_delays": [], "client_ok_thin": None}
     late = {"cpu_util": 0.2, "release_lag_ms": {"p99": 10.5}}
     flag = client_bottleneck(late)
     assert flag["client_bottleneck"]

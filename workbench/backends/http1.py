@@ -20,7 +20,6 @@ from workbench.backends.overrun import (
     HELD_AFTER_DONE_S,
     AfterDone,
     HeldJudgement,
-    note_held_wait,
 )
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
@@ -39,6 +38,7 @@ from workbench.backends.stream import (
     malformed,
     sent_at,
 )
+from workbench.backends.waits import connect_began, note_connect_wait, note_held_wait
 from workbench.records import RequestRecord
 
 __all__ = ["HttpToolsClient"]
@@ -546,7 +546,7 @@ class _Pool:
         a draining one goes into ``rec`` (``note_held_wait``: the server's, not the client's).
         ``fresh``: a new connection, whatever is idle (a request sent once more)."""
         if fresh:
-            return await self._connect()
+            return await self._connect(rec)
         idle = self.idle
         while True:
             self._close_overdue()
@@ -556,7 +556,7 @@ class _Pool:
                         and not conn.transport.is_closing()):  # fmt: skip
                     return conn
             if len(self.draining) <= self.waiting:
-                return await self._connect()
+                return await self._connect(rec)
             # a connection still reading its body's end after [DONE]: it comes back (a
             # moment after, as a server's last chunk does) or it is held and dropped, so
             # the connections open never outnumber the requests that need them
@@ -620,8 +620,12 @@ class _Pool:
             conn.abort()
             conn._end_drain(False)
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, rec: RequestRecord | None = None) -> _Connection:
+        """A new connection; the time it took (TCP, TLS, name lookup) until the server's
+        last packet of it goes into ``rec`` (``note_connect_wait``: the server's or the
+        network's, not the client's)."""
         ep = self.ep
+        began = connect_began(rec, self.now(), tcp=True)
         try:
             async with asyncio.timeout(self.idle_s):
                 _, conn = await self.loop.create_connection(
@@ -632,6 +636,8 @@ class _Pool:
             raise ConnectTimeoutError(f"no connection within {self.idle_s}s") from None
         except OSError as exc:  # refused, unreachable, unresolvable, ssl.SSLError
             raise ConnectError(str(exc) or type(exc).__name__) from None
+        if rec is not None and conn.transport is not None:
+            note_connect_wait(rec, began, self.now(), conn.transport.get_extra_info("socket"))
         return conn
 
     def close(self) -> None:

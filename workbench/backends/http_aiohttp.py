@@ -19,7 +19,6 @@ from workbench.backends.overrun import (
     HELD_AFTER_DONE_S,
     AfterDone,
     HeldJudgement,
-    note_held_wait,
 )
 from workbench.backends.stream import (
     ERROR_BODY_MAX,
@@ -37,6 +36,7 @@ from workbench.backends.stream import (
     malformed,
     sent_at,
 )
+from workbench.backends.waits import connect_began, note_connect_wait, note_held_wait
 from workbench.bodies import read_body
 from workbench.records import RequestRecord
 
@@ -80,6 +80,7 @@ class AiohttpClient(ClientSettings):
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(self._body_sent)
         trace.on_connection_reuseconn.append(self._reused)
+        trace.on_connection_create_start.append(self._opening)
         trace.on_connection_create_end.append(self._opened)
         # an idle connection past connection_idle_s is closed, not reused (aiohttp's own
         # default keeps one 15 s, longer than the engines' servers do)
@@ -125,10 +126,21 @@ class AiohttpClient(ClientSettings):
         if isinstance(req, _Sent):
             req.reused = True
 
+    async def _opening(
+        self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
+    ) -> None:
+        req = ctx.trace_request_ctx  # a new connection for this request: timed to its end
+        if isinstance(req, _Sent):
+            req.began = connect_began(req.state.rec, self.now())
+
     async def _opened(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
     ) -> None:
         self._idle = min(self._idle, 0)  # aiohttp found none alive in its pool
+        req = ctx.trace_request_ctx  # the connect's time is the server's, not the client's
+        if isinstance(req, _Sent) and req.began is not None:
+            note_connect_wait(req.state.rec, req.began, self.now())
+            req.began = None
 
     async def _body_sent(
         self, session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any
@@ -349,12 +361,14 @@ async def _drain(resp: aiohttp.ClientResponse, bound_s: float) -> bool:
 
 
 class _Sent:
-    """One POST's trace context: its state, whether its body went out and on a reused connection."""
+    """One POST's trace context: its state, whether its body went out and on a reused
+    connection, and when the new connection it is making began (None: none is)."""
 
-    __slots__ = ("reused", "sent", "state")
+    __slots__ = ("began", "reused", "sent", "state")
 
     def __init__(self, state: ResponseBody) -> None:
         self.state, self.sent, self.reused = state, False, False
+        self.began: tuple[int, int] | None = None  # waits.connect_began
 
 
 def _translate(exc: BaseException, rec: RequestRecord | None, *, reused: bool) -> NoReturn:

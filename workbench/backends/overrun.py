@@ -32,10 +32,6 @@ DRAIN_S = 60.0
 #: evidence: a body that ends within it clears the judgement (docs/wire-protocols.md,
 #: "HTTP framing")
 HELD_AFTER_DONE_S = 1.0
-#: ``rec.extra`` key: ms the request waited for a connection whose stream had ended at
-#: [DONE] but whose body the server had not ended (held open, or ending a moment later):
-#: the server's doing, kept out of the client's release lag (docs/metrics.md, "Client")
-HELD_WAIT_MS = "held_connection_wait_ms"
 
 
 class AfterDone:
@@ -81,12 +77,6 @@ class HeldJudgement:
         if self.holds:
             self.holds = False
             self.after_done.resumed += 1
-
-
-def note_held_wait(rec: RequestRecord | None, waited_ns: int) -> None:
-    """Add ``waited_ns`` to ``rec``'s wait for a connection the server held (``HELD_WAIT_MS``)."""
-    if rec is not None and waited_ns > 0:
-        rec.extra[HELD_WAIT_MS] = rec.extra.get(HELD_WAIT_MS, 0.0) + waited_ns / 1e6
 
 
 def event_bytes_limit(prompt_tokens: int, max_tokens: int) -> int:

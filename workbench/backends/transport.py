@@ -41,6 +41,7 @@ from workbench.backends.stream import (
     StreamState,
     WholeBody,
 )
+from workbench.backends.waits import note_stale_attempt
 from workbench.clock import Clock, WallClock
 from workbench.keepalive import CONNECTION_IDLE_S
 from workbench.placement import placement_extra
@@ -310,6 +311,10 @@ class Transport:
             # request (docs/wire-protocols.md, "Idle connections"); timed from the resend
             rec.extra["stale_connection_retry"] = True
             self.resent_stale += 1
+            # the first attempt, from its dispatch to here, is counted apart from the
+            # release lag (backends/waits.py)
+            first = rec.dispatch_ns
+            note_stale_attempt(rec, 0 if first is None else self._now() - first)
             return await self._exchange(client, codec, req, rec, fresh=True)
 
     async def _exchange(

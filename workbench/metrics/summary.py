@@ -21,12 +21,14 @@ from workbench.catalogs.series import ENGINES
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.deviations import failures, output_short, prompt_counted
-from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
+from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric, support
 from workbench.metrics.frame import Data, as_records
 from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
+from workbench.metrics.wording import beside
 from workbench.metrics.workers import worker_breakdown
+from workbench.plurals import counted
 from workbench.records import RequestRecord, RunManifest, RunResult
 
 if TYPE_CHECKING:
@@ -193,6 +195,14 @@ def slo_attainment(
 #: the client, not the server, limited the run when either bound is crossed
 CLIENT_CPU_BOUND = 0.9  # CPU seconds per wall second of one process (one core)
 CLIENT_LAG_P99_MS = 10.0
+#: new connections whose p99 took longer than this (ms) to be made (to the server's last
+#: packet of them, backends/waits.py) name the server as slow to accept them: past a TCP
+#: and TLS 1.3 handshake of one or two cross-continent round trips, well short of the 1 s
+#: after which the kernel sends a SYN again that a full accept backlog dropped
+#: (docs/metrics.md, "Client")
+CONNECT_P99_MS = 100.0
+#: the percentile of the release lag the verdict judges (CLIENT_LAG_P99_MS)
+LAG_Q = 99.0
 LAG_STATS = ("mean", "p50", "p99", "max", "count")
 
 
@@ -243,23 +253,55 @@ def client_stats(
     held = _pooled(raws, "held_wait_ns") / 1e6
     if held.size:  # the server held streams open after [DONE] (not the client's lag)
         out["held_after_done"] = {"requests": int(held.size), "max_ms": float(held.max())}
+    for key, name in (("connect_wait_ms", "connect_wait_ns"),
+                      ("stale_attempt_ms", "stale_attempt_ns")):  # fmt: skip
+        waits = _pooled(raws, name) / 1e6
+        if waits.size:  # new connections, first attempts of resends: not the client's lag
+            stats = describe(waits)
+            out[key] = {k: stats[k] for k in LAG_STATS}
     out.update(client_bottleneck(out))
     return out
 
 
+def judged_lag(stats: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """The release lag the client verdict judges: the *steady* one when the run had one,
+    else every request's (docs/metrics.md, "Client"); its name and its stats."""
+    steady = stats.get("steady_release_lag_ms") or {}
+    if steady.get("count"):
+        return "steady release lag", steady
+    return "release lag", stats.get("release_lag_ms") or {}
+
+
 def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
-    """``client_bottleneck`` flag and its reasons, from a ``client_stats`` dict
-    (docs/metrics.md, "Client")."""
+    """The client verdict from a ``client_stats`` dict (docs/metrics.md, "Client"):
+    ``client_bottleneck`` and its reasons; ``server_delays``, the server's part in late
+    requests (connections slow to be made); ``client_ok_thin``, why an OK rests on too few
+    requests (None: it does not)."""
     reasons = []
     util = stats.get("cpu_util")
     if util is not None and util >= CLIENT_CPU_BOUND:
-        reasons.append(f"client CPU {util:.0%} of a core (>= {CLIENT_CPU_BOUND:.0%})")
-    steady = stats.get("steady_release_lag_ms") or {}
-    which = "steady release lag" if steady.get("count") else "release lag"
-    p99 = (steady if steady.get("count") else stats.get("release_lag_ms") or {}).get("p99")
+        reasons.append(f"client CPU {beside(util, CLIENT_CPU_BOUND, 0, 100)}% of a core "
+                       f"(>= {CLIENT_CPU_BOUND:.0%})")
+    which, lag = judged_lag(stats)
+    p99, n = lag.get("p99"), lag.get("count")
     if p99 is not None and p99 > CLIENT_LAG_P99_MS:
-        reasons.append(f"{which} p99 {p99:.1f} ms (> {CLIENT_LAG_P99_MS:g} ms)")
-    return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
+        reasons.append(f"{which} p99 {beside(p99, CLIENT_LAG_P99_MS)} ms "
+                       f"(> {CLIENT_LAG_P99_MS:g} ms)")
+    server = []
+    connect = stats.get("connect_wait_ms") or {}
+    cp99 = connect.get("p99")
+    if cp99 is not None and cp99 > CONNECT_P99_MS:
+        # (a busy loop's lateness in noticing a made connection is not in it: waits.py)
+        server.append(f"server slow to accept connections: p99 "
+                      f"{beside(cp99, CONNECT_P99_MS)} ms over "
+                      f"{counted(connect.get('count'), 'connection')}")
+    thin = None
+    needed = support(LAG_Q)
+    if not reasons and p99 is not None and isinstance(n, int) and needed and n < needed:
+        thin = (f"{which} p99 of {counted(n, 'request')}: too few to show it at 95 % "
+                f"confidence, needs {needed}")
+    return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons,
+            "server_delays": server, "client_ok_thin": thin}
 
 
 #: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)

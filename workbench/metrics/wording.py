@@ -29,6 +29,19 @@ def sig(v: Any, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def beside(value: float, bound: float, digits: int = 1, scale: float = 1.0) -> str:
+    """``value × scale`` with ``digits`` decimals, more when fewer would print it as the
+    bound it was judged against (a p99 of 10.04 ms over a 10 ms bound is ``10.04``, not
+    ``10.0``; a CPU share of 0.8996 under 0.9 is ``89.96``, not ``90``), so a verdict's
+    number never reads as the other side of its bound."""
+    v, b = value * scale, bound * scale
+    text = f"{v:.{digits}f}"
+    while v != b and float(text) == round(b, digits) and digits < 9:
+        digits += 1
+        text = f"{v:.{digits}f}"
+    return text
+
+
 def _limit(ms: float) -> str:
     return f"{sig(ms / 1000)} s" if ms >= 1000 else f"{sig(ms)} ms"
 

@@ -11,9 +11,9 @@ from typing import Any
 class SelfMeasure:
     """Requests in flight (integrated over time), release lag (on the wire − due) and CPU."""
 
-    __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "cpu_s", "full_ns",
-                 "held_ns", "inflight", "lags_ns", "not_connected", "peak", "series",
-                 "steady_lags_ns", "wall_s")  # fmt: skip
+    __slots__ = ("_area", "_cpu0", "_last", "_t0", "at_dispatch", "cap", "connect_ns",
+                 "cpu_s", "full_ns", "held_ns", "inflight", "lags_ns", "not_connected", "peak",
+                 "series", "stale_ns", "steady_lags_ns", "wall_s")  # fmt: skip
 
     def __init__(self) -> None:
         self.inflight = 0
@@ -35,6 +35,10 @@ class SelfMeasure:
         # requests whose connection could not be made: never on the wire, so no release
         # lag (docs/metrics.md, "Client"); counted apart
         self.not_connected = 0
+        # new connections' waits (every request that made one) and resent requests' first
+        # attempts: the server's or the network's, taken out of the lags (backends/waits.py)
+        self.connect_ns = array("q")
+        self.stale_ns = array("q")
         # the per-request series (lags, in flight at dispatch); False keeps only the
         # counts: a virtual run has no wall clock to measure the client by
         # (executors.virtual), and they would grow with its requests
@@ -64,16 +68,23 @@ class SelfMeasure:
             self.at_dispatch.append(self.inflight)
         self._move(now, 1)
 
-    def lag(self, sent_ns: int, ready_ns: int, held_ns: int = 0) -> None:
+    def lag(self, sent_ns: int, ready_ns: int,
+            waits: tuple[int, int | None, int | None] = (0, None, None)) -> None:
         """One request's release lag: on the wire at ``sent_ns``, due at ``ready_ns``, less
-        ``held_ns`` spent waiting for a connection the server held open after [DONE]
-        (counted apart); also *steady* when due after the run first held its full
+        ``waits`` (``backends.waits.server_waits_ns``: a connection the server held open
+        after [DONE], a new connection being made, a resent request's first attempt), each
+        counted apart; also *steady* when due after the run first held its full
         concurrency (or uncapped)."""
         if not self.series:
             return
-        if held_ns > 0:
-            self.held_ns.append(held_ns)
-        lag = max(0, sent_ns - held_ns - ready_ns)
+        held, connect, stale = waits
+        if held > 0:
+            self.held_ns.append(held)
+        if connect is not None:
+            self.connect_ns.append(connect)
+        if stale is not None:
+            self.stale_ns.append(stale)
+        lag = max(0, sent_ns - held - (connect or 0) - (stale or 0) - ready_ns)
         self.lags_ns.append(lag)
         if self.cap is None or (self.full_ns is not None and ready_ns >= self.full_ns):
             self.steady_lags_ns.append(lag)
@@ -89,6 +100,8 @@ class SelfMeasure:
             "release_lag_ns": self.lags_ns,
             "steady_release_lag_ns": self.steady_lags_ns,
             "held_wait_ns": self.held_ns,
+            "connect_wait_ns": self.connect_ns,
+            "stale_attempt_ns": self.stale_ns,
             "in_flight_at_dispatch": self.at_dispatch,
             "in_flight_mean": (
                 None if self._t0 is None or self._last <= self._t0

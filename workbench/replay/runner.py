@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from workbench import redact
 from workbench.backends.base import Codec, WireRequest, make_codec
-from workbench.backends.overrun import HELD_WAIT_MS
 from workbench.backends.stream import CONNECT_FAILED
+from workbench.backends.waits import server_waits_ns
 from workbench.clock import Clock
 from workbench.config import RunConfig
 from workbench.context.tokens import TokenPool, run_pool
@@ -566,8 +566,9 @@ class Runner:
                 if rec.extra.get(CONNECT_FAILED):  # never on the wire: no release lag
                     measure.not_connected += 1
                 else:
-                    held = rec.extra.get(HELD_WAIT_MS)  # the server's wait, not the client's
-                    measure.lag(rec.dispatch_ns or now, ready, round(held * 1e6) if held else 0)
+                    # the server's waits (held connection, connect, first attempt): not the
+                    # client's
+                    measure.lag(rec.dispatch_ns or now, ready, server_waits_ns(rec))
                 measure.ended(self.clock.now_ns())
         self._count_refused(rec)
         if self._draining and not self._sending:  # the last request in flight ended

@@ -59,6 +59,12 @@ CANONICAL_EXCLUDED: dict[str, str] = {
     "summary.prompt_counted": "derived: the ok records' prompt tokens against those sent "
                               "(records[] are in)",
     "records[].run_id": "the same as manifest.run_id",
+    "records[].extra.connect_wait_ms": (
+        "the live client's sockets: a new connection's wait (no virtual run makes one; "
+        "summary.client describes them)"),
+    "records[].extra.stale_attempt_ms": (
+        "the live client's sockets: a resent request's first attempt (no virtual run "
+        "resends; summary.client describes them)"),
     "lifecycle[].run_id": "the same as manifest.run_id",
 }
 

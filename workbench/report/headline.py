@@ -132,14 +132,21 @@ def slo_verdict(slo: Mapping[str, Any] | None,
 
 
 def client_verdict(summary: Mapping[str, Any]) -> str | None:
-    """``client OK`` / ``client LIMITED (why)`` from the run's self-measurement."""
+    """``client OK`` / ``client LIMITED (why)`` from the run's self-measurement, with in
+    parentheses what the server delayed (connections slow to be made, streams held open
+    after [DONE]) and, for an OK, whether too few requests can show it."""
     client = summary.get("client")
     if not client:
         return None
+    notes = [*(client.get("server_delays") or [])]
     held = client.get("held_after_done")  # the server's hold, named apart from the client
-    note = "" if not held else (
-        f" (server held streams open after [DONE]: {counted(held['requests'], 'request')}"
-        f" waited up to {sig(held['max_ms'])} ms for a connection)")
+    if held:
+        notes.append(f"server held streams open after [DONE]: "
+                     f"{counted(held['requests'], 'request')} waited up to "
+                     f"{sig(held['max_ms'])} ms for a connection")
+    if client.get("client_ok_thin"):
+        notes.append(client["client_ok_thin"])
+    note = f" ({'; '.join(notes)})" if notes else ""
     if client.get("client_bottleneck"):
         reasons = [r.replace("(", "").replace(")", "")  # "p99 15.2 ms > 10 ms", flat
                    for r in client.get("client_bottleneck_reasons") or []]

@@ -23,8 +23,14 @@ import workbench.catalogs.series as series
 from workbench.metrics import by_round_index, summarize
 from workbench.metrics.deviations import failure_class, reason
 from workbench.metrics.distribution import QS, resolution
-from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS, measured_plan
-from workbench.metrics.wording import bounds_phrase, sig
+from workbench.metrics.summary import (
+    CLIENT_CPU_BOUND,
+    CLIENT_LAG_P99_MS,
+    CONNECT_P99_MS,
+    judged_lag,
+    measured_plan,
+)
+from workbench.metrics.wording import beside, bounds_phrase, sig
 from workbench.plurals import counted
 from workbench.records import RunManifest
 from workbench.storage.rundir import running_note
@@ -245,6 +251,12 @@ CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("release lag p99 (ms)", ("release_lag_ms", "p99")),
     ("release lag max (ms)", ("release_lag_ms", "max")),
     ("steady release lag p99 (ms)", ("steady_release_lag_ms", "p99")),
+    ("new connections", ("connect_wait_ms", "count")),
+    ("connect wait p50 (ms)", ("connect_wait_ms", "p50")),
+    ("connect wait p99 (ms)", ("connect_wait_ms", "p99")),
+    ("connect wait max (ms)", ("connect_wait_ms", "max")),
+    ("resent (stale connection)", ("resent_stale",)),
+    ("first attempt before a resend, max (ms)", ("stale_attempt_ms", "max")),
     ("client CPU (s)", ("cpu_s",)),
     ("client CPU, share of one core", ("cpu_util",)),
     ("client processes", ("processes",)),
@@ -253,7 +265,8 @@ CLIENT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 CLIENT_COUNTS = frozenset(
-    ("requested concurrency", "in flight, peak", "client processes", "turns that waited (pacing)")
+    ("requested concurrency", "in flight, peak", "client processes", "turns that waited (pacing)",
+     "new connections", "resent (stale connection)")
 )
 
 
@@ -275,16 +288,24 @@ CLIENT_CPU_IDLE = 0.5  # below this share of a core, late sends are not the clie
 
 
 def client_evidence(client: Mapping[str, Any]) -> str:
-    """The CPU share and (steady) release lag p99 the bottleneck verdict used, with bounds."""
+    """The CPU share and (steady) release lag p99 the bottleneck verdict used, with bounds,
+    and the new connections' wait (the server's, kept out of the lag)."""
     parts = []
     util = client.get("cpu_util")
     if util is not None:
-        parts.append(f"client CPU {util:.0%} of a core (bound {CLIENT_CPU_BOUND:.0%})")
-    steady = client.get("steady_release_lag_ms") or {}
-    which = "steady release lag" if steady.get("count") else "release lag"
-    p99 = (steady if steady.get("count") else client.get("release_lag_ms") or {}).get("p99")
+        parts.append(f"client CPU {beside(util, CLIENT_CPU_BOUND, 0, 100)}% of a core "
+                     f"(bound {CLIENT_CPU_BOUND:.0%})")
+    which, lag = judged_lag(client)
+    p99 = lag.get("p99")
     if p99 is not None:
-        parts.append(f"{which} p99 {p99:.1f} ms (bound {CLIENT_LAG_P99_MS:g} ms)")
+        of = f" of {counted(lag['count'], 'request')}" if lag.get("count") else ""
+        parts.append(f"{which} p99 {beside(p99, CLIENT_LAG_P99_MS)} ms{of} "
+                     f"(bound {CLIENT_LAG_P99_MS:g} ms)")
+    connect = client.get("connect_wait_ms") or {}
+    if connect.get("p99") is not None:
+        parts.append(f"new connections' wait p99 {beside(connect['p99'], CONNECT_P99_MS)} ms "
+                     f"of {counted(connect.get('count'), 'connection')} (the server's, "
+                     f"not in the lag; bound {CONNECT_P99_MS:g} ms)")
     return "; ".join(parts) or "no CPU or lag samples"
 
 
@@ -299,9 +320,14 @@ def client_caption(data: Any, manifest: RunManifest | None = None) -> str:
               "so its steps count as client lag." if proc and not proc.get("own_process")
               else "")
     evidence = client_evidence(client)
+    server = "; ".join(client.get("server_delays") or [])
+    server = (f" The server delayed requests: {server} (each new connection's wait is the "
+              "server's or the network's, kept out of the release lag)." if server else "")
     if not client.get("client_bottleneck"):
-        return (f"Client self-measurement: the client kept up, not the bottleneck ({evidence})."
-                f"{shared}")
+        thin = client.get("client_ok_thin")
+        kept = (f"the client kept up, not the bottleneck, on this evidence ({thin})" if thin
+                else "the client kept up, not the bottleneck")
+        return f"Client self-measurement: {kept} ({evidence}).{server}{shared}"
     util = client.get("cpu_util")
     reasons = client.get("client_bottleneck_reasons") or []
     if util is not None and util < CLIENT_CPU_IDLE and not any(
@@ -314,7 +340,7 @@ def client_caption(data: Any, manifest: RunManifest | None = None) -> str:
         verdict = (f"the client, not the server, was the bottleneck of this run "
                    f"({'; '.join(reasons)}): its latencies include the client's own queueing; "
                    "use more executor.workers or a lower max_concurrency")
-    return f"Client self-measurement. WARNING: {verdict}. Evidence: {evidence}.{shared}"
+    return f"Client self-measurement. WARNING: {verdict}. Evidence: {evidence}.{server}{shared}"
 
 
 SERVER_FIELDS: tuple[tuple[str, str], ...] = runs.fields("server")
