@@ -26,7 +26,7 @@ import workbench.catalogs.requests as catalog
 from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
-from workbench.metrics.slo import DEFAULT_MIN_OK, SLO, Bound
+from workbench.metrics.slo import SLO, Bound
 from workbench.metrics.wording import slo_phrase, thin_phrase
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.ranges import RANGES
@@ -197,13 +197,9 @@ class PlanResult:
         return parsed
 
     def objective(self) -> str:
-        """The SLO as a reader says it: ``"TTFT p90 ≤ 2 s"`` (``slo_phrase``), its ``ok``
-        share named only when it is not the default 99 %."""
-        parsed = self.parsed_slo()
-        words = slo_phrase(parsed.to_dict())
-        if parsed.min_ok != DEFAULT_MIN_OK:
-            words += f" with at least {parsed.min_ok * 100:g} % of requests ok"
-        return words
+        """The SLO as a reader says it: ``"TTFT p90 ≤ 2 s"`` (``slo_phrase``: its ``ok``
+        share named only when it is not the default 99 %), as a sweep's headline says it."""
+        return slo_phrase(self.parsed_slo().to_dict())
 
     def rate_words(self, scale: float) -> str:
         """The rate at ``scale`` in its real unit: ``"3.00 req/s"`` for a trace of single
