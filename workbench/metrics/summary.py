@@ -21,12 +21,13 @@ from workbench.catalogs.series import ENGINES
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.deviations import failures, output_short, prompt_counted
-from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric
+from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric, resolution
 from workbench.metrics.frame import Data, as_records
 from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
 from workbench.metrics.slo import SLO, attained
 from workbench.metrics.workers import worker_breakdown
+from workbench.plurals import counted
 from workbench.records import RequestRecord, RunManifest, RunResult
 
 if TYPE_CHECKING:
@@ -251,12 +252,25 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     util = stats.get("cpu_util")
     if util is not None and util >= CLIENT_CPU_BOUND:
         reasons.append(f"client CPU {util:.0%} of a core (>= {CLIENT_CPU_BOUND:.0%})")
+    p99, words = lag_p99(stats)
+    if p99 is not None and p99 > CLIENT_LAG_P99_MS:
+        reasons.append(f"{words} (> {CLIENT_LAG_P99_MS:g} ms)")
+    return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
+
+
+def lag_p99(stats: Mapping[str, Any]) -> tuple[float | None, str]:
+    """The release lag p99 the client's verdict reads (the steady one when there is one)
+    and its words: ``steady release lag p99 30.0 ms``; over fewer releases than resolve a
+    p99 (100), it is read off the largest lags and says over how many: ``... p99 62.0 ms
+    of 10 releases`` (docs/metrics.md, "Headline")."""
     steady = stats.get("steady_release_lag_ms") or {}
     which = "steady release lag" if steady.get("count") else "release lag"
-    p99 = (steady if steady.get("count") else stats.get("release_lag_ms") or {}).get("p99")
-    if p99 is not None and p99 > CLIENT_LAG_P99_MS:
-        reasons.append(f"{which} p99 {p99:.1f} ms (> {CLIENT_LAG_P99_MS:g} ms)")
-    return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons}
+    lag = steady if steady.get("count") else stats.get("release_lag_ms") or {}
+    p99, n = lag.get("p99"), lag.get("count")
+    if p99 is None:
+        return None, which
+    few = isinstance(n, int) and not isinstance(n, bool) and n < (resolution(99) or 0)
+    return p99, f"{which} p99 {p99:.1f} ms" + (f" of {counted(n, 'release')}" if few else "")
 
 
 #: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)

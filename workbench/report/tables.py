@@ -23,7 +23,12 @@ import workbench.catalogs.series as series
 from workbench.metrics import by_round_index, summarize
 from workbench.metrics.deviations import failure_class, reason
 from workbench.metrics.distribution import QS, resolution
-from workbench.metrics.summary import CLIENT_CPU_BOUND, CLIENT_LAG_P99_MS, measured_plan
+from workbench.metrics.summary import (
+    CLIENT_CPU_BOUND,
+    CLIENT_LAG_P99_MS,
+    lag_p99,
+    measured_plan,
+)
 from workbench.metrics.wording import bounds_phrase, sig
 from workbench.records import RunManifest
 from workbench.storage.rundir import running_note
@@ -262,11 +267,9 @@ def client_evidence(client: Mapping[str, Any]) -> str:
     util = client.get("cpu_util")
     if util is not None:
         parts.append(f"client CPU {util:.0%} of a core (bound {CLIENT_CPU_BOUND:.0%})")
-    steady = client.get("steady_release_lag_ms") or {}
-    which = "steady release lag" if steady.get("count") else "release lag"
-    p99 = (steady if steady.get("count") else client.get("release_lag_ms") or {}).get("p99")
+    p99, words = lag_p99(client)
     if p99 is not None:
-        parts.append(f"{which} p99 {p99:.1f} ms (bound {CLIENT_LAG_P99_MS:g} ms)")
+        parts.append(f"{words} (bound {CLIENT_LAG_P99_MS:g} ms)")
     return "; ".join(parts) or "no CPU or lag samples"
 
 
