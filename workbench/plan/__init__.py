@@ -688,8 +688,10 @@ def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
 
 
 def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
-    """Doubling from 1 until the SLO holds even pessimistically, then bisection for each
-    case (docs/plan.md); each count is probed once, through ``probe``."""
+    """Doubling from 1 until the SLO holds even pessimistically, the last step at
+    ``max_replicas`` itself (not the last power of two under it: the range asked for is the
+    range searched), then bisection for each case (docs/plan.md); each count is probed
+    once, through ``probe``."""
     seen: dict[int, Probe] = {}
 
     def at(n: int) -> Probe:
@@ -698,8 +700,8 @@ def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
         return seen[n]
 
     n = 1
-    while n <= max_replicas and not at(n).held_high:
-        n *= 2
+    while not at(n).held_high and n < max_replicas:
+        n = min(2 * n, max_replicas)
     for case in ("sim", "high", "low"):
         held = [k for k, p in seen.items() if p.held_in(case)]
         if not held:
