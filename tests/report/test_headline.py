@@ -62,11 +62,11 @@ def test_the_simulated_engines_speedup_and_the_slo_verdict():
     assert run_headline(summary(slo=slo), LIVE_SIM) == (
         "303/303 ok · TTFT p50/p90/p99 48.2/95/210 ms · TPOT p50/p90/p99 6.11/6.28/12.5 ms"
         " · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK"
-        " · SLO met: 303/303 within TTFT ≤ 2000 ms, TPOT ≤ 50 ms"
+        " · SLO met: 303/303 within TTFT ≤ 2 s, TPOT ≤ 50 ms"
         " · simulated engine, 20× real time"
     )
     missed = {**slo, "attained": 250, "joint_attainment": 250 / 303}
-    assert "· SLO missed: 250/303 within TTFT ≤ 2000 ms, TPOT ≤ 50 ms ·" in run_headline(
+    assert "· SLO missed: 250/303 within TTFT ≤ 2 s, TPOT ≤ 50 ms ·" in run_headline(
         summary(slo=missed), LIVE_SIM)
 
 
@@ -256,7 +256,7 @@ def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys)
     manifest = RunManifest.from_dict(json.loads((tmp_path / "h" / "manifest.json").read_text()))
     assert first == run_headline(summary, manifest)
     assert first.startswith("8/8 ok · TTFT") and first.endswith(
-        "· SLO met: 8/8 within TTFT ≤ 2000 ms (too few requests to show 99 % at 95 % "
+        "· SLO met: 8/8 within TTFT ≤ 2 s (too few requests to show 99 % at 95 % "
         "confidence: needs 299) · virtual time (simulated engine)")
     assert main([*args, "--run-id", "j", "--json"]) == 0
     out = capsys.readouterr().out

@@ -440,7 +440,7 @@ def test_slo_met_with_misses_needs_the_requests_that_show_it(attained: int, n: i
 
     slo = {"bounds": {"ttft_ms": 2000.0}, "requests": n, "attained": attained,
            "joint_attainment": attained / n}
-    assert slo_verdict(slo) == (f"SLO met: {attained}/{n} within TTFT ≤ 2000 ms" + (note or ""))
+    assert slo_verdict(slo) == (f"SLO met: {attained}/{n} within TTFT ≤ 2 s" + (note or ""))
 
 
 def test_a_constant_metric_equal_in_both_runs_and_a_run_with_no_value_read_as_such() -> None:

@@ -101,3 +101,23 @@ def test_the_cli_table_names_its_columns_as_the_report_and_shows_its_numbers(
     after = out.splitlines()[out.splitlines().index(next(
         line for line in out.splitlines() if line.lstrip().startswith("arrival.rate"))) + 3]
     assert "latencies in ms" in after, after
+
+
+def test_a_points_run_words_its_per_request_bound_as_the_sweep_does(
+        swept: tuple[Sweep, str]) -> None:
+    """Each point's run keeps the per-request bound as its own SLO: its headline's verdict
+    and its table's attained row say the bound in the sweep's words (they said "TTFT ≤
+    3000 ms" where the sweep said "TTFT ≤ 3 s per request")."""
+    import json
+
+    from workbench.report.headline import slo_verdict
+    from workbench.report.tables import attained_label
+
+    s, _ = swept
+    share = next(c for c in points_table({"w": s}).columns if c.startswith("share within "))
+    bound = share.removeprefix("share within ")
+    summary = json.loads((s.sweep_dir / "runs" / "p000-r0" / "summary.json").read_text())
+    verdict = slo_verdict(summary["slo"], summary) or ""
+    n, attained = summary["slo"]["requests"], summary["slo"]["attained"]
+    assert f"{attained}/{n} within {bound}" in verdict, (verdict, bound)
+    assert attained_label(summary["slo"]["bounds"]) == f"SLO attained (within {bound})"

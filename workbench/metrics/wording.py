@@ -62,9 +62,10 @@ def slo_phrase(slo: Mapping[str, Any] | None) -> str:
 
 
 def bounds_phrase(bounds: Mapping[str, Any]) -> str:
-    """``"TTFT ≤ 2000 ms, TPOT ≤ 50 ms"``: a run's per-request bounds (``summary["slo"]
-    ["bounds"]``), as its headline's verdict and its table's attained row state them."""
-    return ", ".join(f"{catalog.label(k)} ≤ {sig(v)} ms" for k, v in bounds.items())
+    """``"TTFT ≤ 2 s, TPOT ≤ 50 ms"``: a run's per-request bounds (``summary["slo"]
+    ["bounds"]``), as its headline's verdict and its table's attained row state them, each
+    in ``within_phrase``'s words, as a sweep's and a plan's say it."""
+    return ", ".join(within_phrase(k, v) for k, v in bounds.items())
 
 
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:

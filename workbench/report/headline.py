@@ -104,7 +104,7 @@ def engine_note(manifest: RunManifest | None) -> str | None:
 
 def slo_verdict(slo: Mapping[str, Any] | None,
                 summary: Mapping[str, Any] | None = None) -> str | None:
-    """``"SLO met: 303/303 within TTFT ≤ 2000 ms"`` (met: at least ``SLO_MET_SHARE``
+    """``"SLO met: 303/303 within TTFT ≤ 2 s"`` (met: at least ``SLO_MET_SHARE``
     of the requests attained every bound); ``SLO not judged`` when a bound's metric was
     measured on no ok request of ``summary``; None when the run had no SLO."""
     if not slo or not slo.get("bounds"):

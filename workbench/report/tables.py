@@ -174,7 +174,7 @@ def _partial_note(manifest: RunManifest, status: Any) -> str | None:
 
 def attained_label(bounds: Mapping[str, Any]) -> str:
     """The run table's row of the requests that attained every per-request bound:
-    ``SLO attained (within TTFT ≤ 2000 ms)``, the bounds as the headline's verdict says."""
+    ``SLO attained (within TTFT ≤ 2 s)``, the bounds as the headline's verdict says."""
     return f"SLO attained (within {bounds_phrase(bounds)})"
 
 
