@@ -106,11 +106,15 @@ def test_a_virtual_time_run_says_so_instead_of_a_client_verdict():
     assert engine_note(REAL) is None
 
 
-def test_no_ok_request_gives_dashes_not_zeros():
-    s = summary(ok=0, errors=5, requests=5, ttft_ms={}, tpot_ms={}, request_throughput_rps=0.0,
-                actual_prefix_hit_rate=None, planned_prefix_hit_rate=None, client={})
-    assert run_headline(s, REAL) == (
-        "0/5 ok · TTFT p50/p90/p99 –/–/– ms · TPOT p50/p90/p99 –/–/– ms · 0 req/s")
+def test_no_ok_request_says_not_measured_not_zeros_or_dashes():
+    """No value to state: "TTFT not measured", not "TTFT p50/p90/p99 –/–/– ms" (three
+    percentiles of nothing) nor zeros; as the summary of an all-failed run has it (an
+    empty mapping, or a count of 0)."""
+    for empty in ({}, {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}):
+        s = summary(ok=0, errors=5, requests=5, ttft_ms=empty, tpot_ms=empty,
+                    request_throughput_rps=0.0, actual_prefix_hit_rate=None,
+                    planned_prefix_hit_rate=None, client={})
+        assert run_headline(s, REAL) == "0/5 ok · TTFT not measured · TPOT not measured · 0 req/s"
 
 
 def _few(n: int, **stats: float) -> dict[str, Any]:
