@@ -1,6 +1,7 @@
 """Distinct, documented exit codes (workbench.errors.ExitCode), from real CLI runs."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -185,22 +186,23 @@ def test_a_sweep_applies_max_error_rate_to_each_points_run(tmp_path, extra, code
     assert _read_status([str(runs / "p001-r0")]) == code
     over = [line for line in proc.stderr.splitlines() if "max-error-rate" in line]
     if code == ExitCode.COMPLETED:
-        assert over == [] and "over_max_error_rate" not in proc.stdout, proc.stdout
+        assert over == [] and "over --max-error-rate" not in proc.stdout, proc.stdout
         return
     # replay's words for its run (``_run_end.over_error_rate``), after the point and run
     assert over == [f"point 1 (max_model_len=131072) run p001-r0: 2 of 5 requests failed, "
                     f"more than --max-error-rate {rate}"], proc.stderr
     assert [p.get("over_max_error_rate") for p in sweep["points"]] == [False, True]
     assert sweep["max_error_rate"] == float(rate)  # the rate the table was judged by
-    table = [line.split() for line in proc.stdout.splitlines()]
-    head = next(i for i, row in enumerate(table) if "over_max_error_rate" in row)
-    assert table[head][-1] == "over_max_error_rate", proc.stdout
+    table = [re.split(r"\s{2,}", line.strip()) for line in proc.stdout.splitlines()]
+    head = next(i for i, row in enumerate(table) if "over --max-error-rate" in row)
+    assert table[head][-1] == "over --max-error-rate", proc.stdout
     rows = {row[0]: row[-1] for row in table[head + 1:head + 3]}  # in load order
-    assert rows["131072"] == "yes" and rows["262144"] != "yes", proc.stdout
+    assert rows == {"131072": "True", "262144": "False"}, proc.stdout
     # its failed requests ended early: the highest throughput, said with its mark
     best = next(line for line in proc.stdout.splitlines() if line.startswith("Highest"))
     assert "max_model_len=131072" in best, best
-    assert best.endswith(" It is over --max-error-rate (over_max_error_rate in the table)."), best
+    assert best.endswith(' It is over --max-error-rate (marked in the table\'s "over '
+                         '--max-error-rate" column).'), best
     # judging by another rate writes nothing; keeping its verdict is the one write
     from workbench.commands.sweep import judge_error_rate
     from workbench.sweeps.store import load_sweep, write_error_rate
@@ -247,7 +249,7 @@ def test_a_resumed_sweep_judges_its_reused_runs_by_the_rate_given_now(tmp_path, 
     assert (f"note: runs p000-r0, p001-r0 were made with --max-error-rate {before} (their "
             f"manifests', by which workbench report judges them); this sweep judged them "
             f"by --max-error-rate {now}") in lines, proc.stderr
-    assert ("over_max_error_rate" in proc.stdout) == over, proc.stdout
+    assert ("over --max-error-rate" in proc.stdout) == over, proc.stdout
     runs = tmp_path / "s" / "runs"
     assert read_manifest(runs / "p001-r0").max_error_rate == float(before)  # kept as made
 

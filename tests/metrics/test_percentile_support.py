@@ -46,7 +46,7 @@ def test_a_run_met_on_two_requests_says_they_are_too_few(tmp_path: Path,
             "-o", str(tmp_path), "--run-id", "two"]
     assert main(args) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert ("· SLO met: 2/2 within TTFT ≤ 2000 ms (too few requests to show 99 % at 95 % "
+    assert ("· SLO met: 2/2 within TTFT ≤ 2 s (too few requests to show 99 % at 95 % "
             "confidence: needs 299) ·") in first
     # a missed SLO needs no such note: one request over the bound shows it
     assert main([*args[:-1], "missed", "--slo", "ttft_ms<=1"]) == 0
@@ -60,7 +60,7 @@ def test_a_run_of_enough_requests_has_no_note(tmp_path: Path,
     assert main(["simulate", "--trace", trace, "--arrival", "poisson", "--rate", "50",
                  "--slo", "ttft_ms<=60000", "-o", str(tmp_path), "--run-id", "many"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert "SLO met: 299/299 within TTFT ≤ 60000 ms · virtual time" in first
+    assert "SLO met: 299/299 within TTFT ≤ 60 s · virtual time" in first
     assert "too few" not in first
 
 

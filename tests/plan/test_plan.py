@@ -287,3 +287,18 @@ def test_a_slow_rate_is_said_in_significant_digits_not_as_zero() -> None:
     assert result.rate_words(2.0) == "0.008 req/s"
     assert PlanResult("t.jsonl", SLO, 3.0, [1.0], [], None,
                       rounds_per_unit=4.0).rate_words(1.0) == "3.00 sessions/s (12.00 req/s)"
+
+
+@pytest.mark.parametrize("max_replicas", [3, 5])
+def test_a_search_reaches_the_edge_of_its_range_before_it_says_raise_it(max_replicas) -> None:
+    """An SLO no count holds (TTFT p90 ≤ 1 ms): the doubling search probes up to
+    ``max_replicas`` itself, not the last power of two under it, so "none up to N ...
+    raise --max-replicas" names the range asked for (it said "none up to 4" under
+    ``--max-replicas 5``, having never tried 5)."""
+    result = plan(MOONCAKE, PRESETS[:1], "ttft_ms:p90<=1", scales=[1.0], max_items=20,
+                  max_replicas=max_replicas, parallel=1)
+    tried = sorted({p.replicas for p in result.probes})
+    assert tried[-1] == max_replicas, tried
+    answer = result.answer()
+    counts = {int(n.replace(",", "")) for n in re.findall(r"none up to ([\d,]+)", answer)}
+    assert counts == {max_replicas}, answer

@@ -305,9 +305,9 @@ def test_the_lag_of_a_resent_request_leaves_out_its_first_attempt_and_connect(ht
 
 
 @pytest.mark.parametrize(("n", "thin"), [
-    (5, "release lag p99 of 5 requests: too few to show it at 95 % confidence, needs 299"),
-    (20, "release lag p99 of 20 requests: too few to show it at 95 % confidence, needs 299"),
-    (298, "release lag p99 of 298 requests: too few to show it at 95 % confidence,"
+    (5, "release lag p99 of 5 releases: too few to show it at 95 % confidence, needs 299"),
+    (20, "release lag p99 of 20 releases: too few to show it at 95 % confidence, needs 299"),
+    (298, "release lag p99 of 298 releases: too few to show it at 95 % confidence,"
           " needs 299"),
     (299, None),
 ])  # fmt: skip
@@ -323,16 +323,17 @@ def test_an_ok_on_few_requests_says_it_cannot_show_it(http, n, thin):
 
 
 def test_a_limited_verdict_needs_no_count_and_its_numbers_are_the_tables(http):
-    """One late request of 5 shows the client late (a broken bound needs no support); the
-    number the verdict prints is on the same side of its bound as the table's."""
+    """One late request of 5 shows the client late (a broken bound needs no support: no
+    ``client_ok_thin``), the p99 saying over how many releases it was read; the number the
+    verdict prints is on the same side of its bound as the table's."""
     stats = {"cpu_util": 0.8996, "release_lag_ms": {"p99": 10.04, "count": 5},
              "steady_release_lag_ms": {"p99": None, "count": 0}}
     verdict = client_bottleneck(stats)
     assert verdict["client_ok_thin"] is None
-    assert verdict["client_bottleneck_reasons"] == ["release lag p99 10.04 ms (> 10 ms)"]
+    assert verdict["client_bottleneck_reasons"] == ["release lag p99 10.04 ms of 5 releases (> 10 ms)"]
     caption = client_caption(run_summary({**stats, **verdict}))
     assert "client CPU 89.96% of a core (bound 90%)" in caption
-    assert "release lag p99 10.04 ms of 5 requests (bound 10 ms)" in caption
+    assert "release lag p99 10.04 ms of 5 releases (bound 10 ms)" in caption
     table = client_table(run_summary({**stats, **verdict}))["value"]
     assert table["release lag p99 (ms)"] == pytest.approx(10.04)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from pathlib import Path
 
 import orjson
@@ -526,3 +527,26 @@ def test_resends_on_stale_connections_are_summed_over_processes() -> None:
     assert client_stats([a, b], None)["resent_stale"] == 3
     b["resent_stale"] = a["resent_stale"] = 0
     assert "resent_stale" not in client_stats([a, b], None)
+
+
+@pytest.mark.parametrize(("count", "flagged"), [(3, True), (10, True), (99, True), (100, False),
+                                                (None, False)])
+def test_a_lag_p99_of_few_releases_says_how_few(count: int | None, flagged: bool) -> None:
+    """A release lag p99 over fewer releases than resolve a p99 (100) is read off the
+    largest lags: the verdict's reason, the client table's caption and the run's headline
+    say over how many (``p99 62.0 ms of 10 releases``), as a headline's TTFT does."""
+    from workbench.metrics.distribution import resolution
+    from workbench.report.headline import client_verdict
+    from workbench.report.tables import client_evidence
+
+    lag = {"p99": 62.0, **({"count": count} if count is not None else {})}
+    stats = {"cpu_util": 0.2, "release_lag_ms": lag}
+    (reason,) = client_bottleneck(stats)["client_bottleneck_reasons"]
+    said = [reason, client_evidence(stats),
+            client_verdict({"client": {**stats, **client_bottleneck(stats)}}) or ""]
+    for text in said:
+        assert "release lag p99 62.0 ms" in text, text
+        m = re.search(r"p99 62\.0 ms of (\d+) releases?", text)
+        assert bool(m) == flagged, text
+        if m:
+            assert int(m.group(1)) == count and count < (resolution(99) or 0)

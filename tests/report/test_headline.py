@@ -62,11 +62,11 @@ def test_the_simulated_engines_speedup_and_the_slo_verdict():
     assert run_headline(summary(slo=slo), LIVE_SIM) == (
         "303/303 ok · TTFT p50/p90/p99 48.2/95/210 ms · TPOT p50/p90/p99 6.11/6.28/12.5 ms"
         " · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK"
-        " · SLO met: 303/303 within TTFT ≤ 2000 ms, TPOT ≤ 50 ms"
+        " · SLO met: 303/303 within TTFT ≤ 2 s, TPOT ≤ 50 ms"
         " · simulated engine, 20× real time"
     )
     missed = {**slo, "attained": 250, "joint_attainment": 250 / 303}
-    assert "· SLO missed: 250/303 within TTFT ≤ 2000 ms, TPOT ≤ 50 ms ·" in run_headline(
+    assert "· SLO missed: 250/303 within TTFT ≤ 2 s, TPOT ≤ 50 ms ·" in run_headline(
         summary(slo=missed), LIVE_SIM)
 
 
@@ -106,11 +106,15 @@ def test_a_virtual_time_run_says_so_instead_of_a_client_verdict():
     assert engine_note(REAL) is None
 
 
-def test_no_ok_request_gives_dashes_not_zeros():
-    s = summary(ok=0, errors=5, requests=5, ttft_ms={}, tpot_ms={}, request_throughput_rps=0.0,
-                actual_prefix_hit_rate=None, planned_prefix_hit_rate=None, client={})
-    assert run_headline(s, REAL) == (
-        "0/5 ok · TTFT p50/p90/p99 –/–/– ms · TPOT p50/p90/p99 –/–/– ms · 0 req/s")
+def test_no_ok_request_says_not_measured_not_zeros_or_dashes():
+    """No value to state: "TTFT not measured", not "TTFT p50/p90/p99 –/–/– ms" (three
+    percentiles of nothing) nor zeros; as the summary of an all-failed run has it (an
+    empty mapping, or a count of 0)."""
+    for empty in ({}, {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}):
+        s = summary(ok=0, errors=5, requests=5, ttft_ms=empty, tpot_ms=empty,
+                    request_throughput_rps=0.0, actual_prefix_hit_rate=None,
+                    planned_prefix_hit_rate=None, client={})
+        assert run_headline(s, REAL) == "0/5 ok · TTFT not measured · TPOT not measured · 0 req/s"
 
 
 def _few(n: int, **stats: float) -> dict[str, Any]:
@@ -256,7 +260,7 @@ def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys)
     manifest = RunManifest.from_dict(json.loads((tmp_path / "h" / "manifest.json").read_text()))
     assert first == run_headline(summary, manifest)
     assert first.startswith("8/8 ok · TTFT") and first.endswith(
-        "· SLO met: 8/8 within TTFT ≤ 2000 ms (too few requests to show 99 % at 95 % "
+        "· SLO met: 8/8 within TTFT ≤ 2 s (too few requests to show 99 % at 95 % "
         "confidence: needs 299) · virtual time (simulated engine)")
     assert main([*args, "--run-id", "j", "--json"]) == 0
     out = capsys.readouterr().out

@@ -203,7 +203,7 @@ def test_sweep_command_grid_and_capacity(tmp_path: Path, capsys: pytest.CaptureF
     args = ["sweep", "--trace", MOONCAKE, "--max-items", "80", "--virtual", "-o", str(tmp_path)]
     assert main([*args, "--over", "rate=1,8", "--slo", SLO_TEXT, "--sweep-id", "g"]) == 0
     out = capsys.readouterr().out
-    assert "slo_held" in out and f"sweep directory: {tmp_path / 'g'}" in out
+    assert "SLO held" in out and f"sweep directory: {tmp_path / 'g'}" in out
     assert out.startswith("g: 2 points of arrival.rate 1–8 · virtual time (simulated engine)"
                           " · At TTFT p90 ≤ 8 s: "), out  # the headline on top
     assert main([*args, "--capacity", "rate", "--lo", "1", "--hi", "8", "--tolerance", "2",

@@ -150,7 +150,8 @@ def test_the_cli_sweeps_the_rate_without_a_base_rate(tmp_path: Path,
     rows = [line.split() for line in out[5:9]]
     assert [(r[0], r[1], r[-1]) for r in rows] == [
         ("1", "2", "False"), ("1", "6", "False"), ("8", "2", "True"), ("8", "6", "True")]
-    assert out[9].startswith("Highest throughput under TTFT p90 ≤ 500 ms: "
+    assert out[9].startswith("Points in load order (")  # the caption: units
+    assert out[10].startswith("Highest throughput under TTFT p90 ≤ 500 ms: "
                              "max_num_seqs=8, rate=6 — ")
     # a capacity search of the rate needs no base rate either; its line is the bracket
     assert main(["sweep", "--trace", TRACE, "--arrival", "poisson", "--virtual",

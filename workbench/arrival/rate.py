@@ -9,6 +9,19 @@ from workbench.errors import ConfigError
 #: a rescaled arrival span past this is refused: the bound of a trace's own arrival
 #: offsets (docs/trace-bounds.md), so ``--rate 1e-6`` cannot plan units decades apart
 MAX_SPAN_MS = 366 * 24 * 3600 * 1000.0
+DAY_MS = 86_400_000.0
+
+
+def days_past(ms: float, bound_ms: float) -> str:
+    """``ms`` (past ``bound_ms``) in days, to as few decimals as show it past the bound:
+    ``424``, ``366.2``, ``366.00004`` (whole days said ``366 days, past the 366-day
+    bound`` of a span 0.4 days over it)."""
+    days, bound = ms / DAY_MS, bound_ms / DAY_MS
+    for decimals in range(10):
+        text = f"{days:,.{decimals}f}"
+        if float(text.replace(",", "")) > bound:
+            return text
+    return f"{days:,.10f}"
 
 
 def measured_rate(arrivals_ms: Sequence[float]) -> float:
@@ -32,7 +45,8 @@ def rescale_to_rate(arrivals_ms: Sequence[float], rate: float) -> list[float]:
     if span > MAX_SPAN_MS:
         raise ConfigError(
             f"arrival.rate {rate:g}: the {len(arrivals_ms)} units' arrivals would span "
-            f"{span / 86_400_000:,.0f} days, past the 366-day bound of an arrival offset "
+            f"{days_past(span, MAX_SPAN_MS)} days, past the {MAX_SPAN_MS / DAY_MS:g}-day bound "
+            "of an arrival offset "
             "(docs/config-bounds.md); raise the rate"
         )
     return [a * factor for a in arrivals_ms]

@@ -185,7 +185,6 @@ def _print_sweep(result: Any, over: Mapping[int, Any] | None = None) -> None:
     """The sweep's headline, table (``over``: the points over ``--max-error-rate``,
     marked), search brackets, best point and directory."""
     from workbench.report.headline import sweeps_headline
-    from workbench.sweeps.store import OVER_RATE
 
     print(sweeps_headline({result.label: result}))  # the capacity sentence, on top
     print(_table(result, over or {}))
@@ -199,7 +198,8 @@ def _print_sweep(result: Any, over: Mapping[int, Any] | None = None) -> None:
 
         best, row = best_sentence(result), best_row(result)
         if row is not None and int(row["point"]) in (over or {}):  # marked, not silently used
-            best += f" It is over --max-error-rate ({OVER_RATE} in the table)."
+            best += (' It is over --max-error-rate (marked in the table\'s "over '
+                     '--max-error-rate" column).')
         print(best)
     print(f"sweep directory: {result.sweep_dir}")
 
@@ -320,27 +320,20 @@ def _exit_status(result: Any, max_error_rate: float, over: dict[int, list[str]])
 
 
 def _table(result: Any, over: Mapping[int, Any] | None = None) -> str:
-    df = result.frame
-    if df.empty:
+    """The report's points table (``sweep_tables.points_table``: its names, its order, the
+    SLO's own numbers beside the p90s every sweep shows), the verdict column ``SLO held``
+    (the headline above names the SLO), ``over``'s points marked (docs/sweeps.md, "A sweep
+    directory"), and its caption under it."""
+    if result.frame.empty:
         return "(no point finished)"
-    from workbench.report.sweep_tables import P90, slo_columns
-    from workbench.sweeps.groups import in_load_order
-    from workbench.sweeps.store import OVER_RATE
-
-    # configuration by configuration, each in load order, not in the order the points ran
-    # in (a search probes 1, 40, 20...)
-    df = in_load_order(result)
-    # the SLO's own numbers (a p99 bound: its p99), beside the p90s every sweep shows
-    extra = slo_columns(result)
-    df = df.rename(columns={col: name for col, name, _ in extra if col != name})
-
-    cols = [*result.axes, "requests", *P90, *(name for _, name, _ in extra),
-            "request_throughput_rps", "actual_prefix_hit_rate"]
-    if result.slo:
-        cols += ["goodput_rps", "slo_held"]
-    if over:  # marked, not silently used (docs/sweeps.md, "A sweep directory")
-        df[OVER_RATE] = ["yes" if int(i) in over else "" for i in df["point"]]
-        cols.append(OVER_RATE)
     from workbench.report.headline import sig
+    from workbench.report.sweep_tables import POINTS_CAPTION, points_table
 
-    return str(df[[c for c in cols if c in df]].to_string(index=False, float_format=sig))
+    df = points_table({result.label: result}, held="SLO held", over=over or {})
+    # two spaces between columns (pandas' one space ran "0.639 0.0337" together)
+    rows = [[str(c) for c in df.columns],
+            *([v if isinstance(v, str) else str(v) if isinstance(v, bool) else sig(v)
+               for v in row] for row in df.itertuples(index=False))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(df.columns))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([*lines, POINTS_CAPTION])

@@ -21,7 +21,13 @@ from workbench.catalogs.series import ENGINES
 from workbench.errors import ConfigError
 from workbench.metrics.columns import Columns, available, stored
 from workbench.metrics.deviations import failures, output_short, prompt_counted
-from workbench.metrics.distribution import STAT_KEYS, describe, describe_metric, support
+from workbench.metrics.distribution import (
+    STAT_KEYS,
+    describe,
+    describe_metric,
+    resolution,
+    support,
+)
 from workbench.metrics.frame import Data, as_records
 from workbench.metrics.isolation import reported, warm_cache
 from workbench.metrics.server_side import counter_increase, server_evidence
@@ -282,11 +288,9 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
     if util is not None and util >= CLIENT_CPU_BOUND:
         reasons.append(f"client CPU {beside(util, CLIENT_CPU_BOUND, 0, 100)}% of a core "
                        f"(>= {CLIENT_CPU_BOUND:.0%})")
-    which, lag = judged_lag(stats)
-    p99, n = lag.get("p99"), lag.get("count")
+    p99, words = lag_p99(stats)
     if p99 is not None and p99 > CLIENT_LAG_P99_MS:
-        reasons.append(f"{which} p99 {beside(p99, CLIENT_LAG_P99_MS)} ms "
-                       f"(> {CLIENT_LAG_P99_MS:g} ms)")
+        reasons.append(f"{words} (> {CLIENT_LAG_P99_MS:g} ms)")
     server = []
     connect = stats.get("connect_wait_ms") or {}
     cp99 = connect.get("p99")
@@ -296,12 +300,29 @@ def client_bottleneck(stats: Mapping[str, Any]) -> dict[str, Any]:
                       f"{beside(cp99, CONNECT_P99_MS)} ms over "
                       f"{counted(connect.get('count'), 'connection')}")
     thin = None
+    which, lag = judged_lag(stats)
+    n = lag.get("count")
     needed = support(LAG_Q)
     if not reasons and p99 is not None and isinstance(n, int) and needed and n < needed:
-        thin = (f"{which} p99 of {counted(n, 'request')}: too few to show it at 95 % "
+        thin = (f"{which} p99 of {counted(n, 'release')}: too few to show it at 95 % "
                 f"confidence, needs {needed}")
     return {"client_bottleneck": bool(reasons), "client_bottleneck_reasons": reasons,
             "server_delays": server, "client_ok_thin": thin}
+
+
+def lag_p99(stats: Mapping[str, Any]) -> tuple[float | None, str]:
+    """The release lag p99 the client's verdict reads (``judged_lag``: the steady one when
+    there is one) and its words: ``steady release lag p99 30.0 ms``, printed on its side
+    of the bound (``wording.beside``); over fewer releases than resolve a p99 (100), it is
+    read off the largest lags and says over how many: ``... p99 62.0 ms of 10 releases``
+    (docs/metrics.md, "Headline")."""
+    which, lag = judged_lag(stats)
+    p99, n = lag.get("p99"), lag.get("count")
+    if p99 is None:
+        return None, which
+    few = isinstance(n, int) and not isinstance(n, bool) and n < (resolution(99) or 0)
+    return p99, (f"{which} p99 {beside(p99, CLIENT_LAG_P99_MS)} ms"
+                 + (f" of {counted(n, 'release')}" if few else ""))
 
 
 #: what a non-streaming run's summary, report and CLI line say (docs/metrics.md)

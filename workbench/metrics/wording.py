@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import workbench.catalogs.requests as catalog
+from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.plurals import counted
 
 #: below this share of the offered request rate, a capacity's sentence warns
@@ -46,24 +47,38 @@ def _limit(ms: float) -> str:
     return f"{sig(ms / 1000)} s" if ms >= 1000 else f"{sig(ms)} ms"
 
 
+def within_phrase(metric: str, limit_ms: float) -> str:
+    """``"TTFT ≤ 2 s"``: a metric within a limit, the one wording of a bound's limit in
+    every headline, verdict and column (a sweep's, a plan's, a run's)."""
+    return f"{catalog.label(metric)} ≤ {_limit(float(limit_ms))}"
+
+
 def slo_phrase(slo: Mapping[str, Any] | None) -> str:
-    """``"TTFT p90 ≤ 2 s and TPOT p90 ≤ 50 ms"`` from an SLO mapping (``SLO.to_dict``: a
-    sweep's, a plan's); its ``ok`` share is no one metric's bound, left out."""
+    """``"TTFT p90 ≤ 2 s and TTFT ≤ 3 s per request"`` from an SLO mapping (``SLO.to_dict``:
+    a sweep's, a plan's); its ``ok`` share, part of the verdict, is named when it is not
+    the default 99 %: ``"... with at least 50 % of requests ok"``."""
     parts = []
+    ok = None
     for key, limit in (slo or {}).items():
         metric, _, pct = key.partition(":")
-        if pct:
-            parts.append(f"{catalog.label(metric)} {pct} ≤ {_limit(float(limit))}")
-        elif key != "ok":
-            parts.append(f"{catalog.label(metric)} ≤ {_limit(float(limit))} "
-                         "per request")
-    return " and ".join(parts)
+        if key == "ok":
+            ok = float(limit)
+        elif pct:
+            parts.append(within_phrase(metric, limit).replace(" ≤ ", f" {pct} ≤ ", 1))
+        else:
+            parts.append(f"{within_phrase(metric, limit)} per request")
+    words = " and ".join(parts)
+    if ok is not None and ok != DEFAULT_MIN_OK:
+        share = f"at least {ok * 100:g} % of requests ok"
+        words = f"{words} with {share}" if words else share
+    return words
 
 
 def bounds_phrase(bounds: Mapping[str, Any]) -> str:
-    """``"TTFT ≤ 2000 ms, TPOT ≤ 50 ms"``: a run's per-request bounds (``summary["slo"]
-    ["bounds"]``), as its headline's verdict and its table's attained row state them."""
-    return ", ".join(f"{catalog.label(k)} ≤ {sig(v)} ms" for k, v in bounds.items())
+    """``"TTFT ≤ 2 s, TPOT ≤ 50 ms"``: a run's per-request bounds (``summary["slo"]
+    ["bounds"]``), as its headline's verdict and its table's attained row state them, each
+    in ``within_phrase``'s words, as a sweep's and a plan's say it."""
+    return ", ".join(within_phrase(k, v) for k, v in bounds.items())
 
 
 def capacity_phrase(sustained_rps: Any, offered: str, *, at_least: bool = False) -> str:

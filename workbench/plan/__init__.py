@@ -26,7 +26,7 @@ import workbench.catalogs.requests as catalog
 from workbench.config.engine_file import read_engine_file
 from workbench.cores import usable_cores
 from workbench.errors import ConfigError
-from workbench.metrics.slo import DEFAULT_MIN_OK, SLO, Bound
+from workbench.metrics.slo import SLO, Bound
 from workbench.metrics.wording import slo_phrase, thin_phrase
 from workbench.plan.prices import EVERY_GPU, parse_prices, price_of
 from workbench.ranges import RANGES
@@ -197,13 +197,9 @@ class PlanResult:
         return parsed
 
     def objective(self) -> str:
-        """The SLO as a reader says it: ``"TTFT p90 ≤ 2 s"`` (``slo_phrase``), its ``ok``
-        share named only when it is not the default 99 %."""
-        parsed = self.parsed_slo()
-        words = slo_phrase(parsed.to_dict())
-        if parsed.min_ok != DEFAULT_MIN_OK:
-            words += f" with at least {parsed.min_ok * 100:g} % of requests ok"
-        return words
+        """The SLO as a reader says it: ``"TTFT p90 ≤ 2 s"`` (``slo_phrase``: its ``ok``
+        share named only when it is not the default 99 %), as a sweep's headline says it."""
+        return slo_phrase(self.parsed_slo().to_dict())
 
     def rate_words(self, scale: float) -> str:
         """The rate at ``scale`` in its real unit: ``"3.00 req/s"`` for a trace of single
@@ -692,8 +688,10 @@ def _floor(cfg: dict[str, Any], option: Option, slo: SLO) -> Probe:
 
 
 def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
-    """Doubling from 1 until the SLO holds even pessimistically, then bisection for each
-    case (docs/plan.md); each count is probed once, through ``probe``."""
+    """Doubling from 1 until the SLO holds even pessimistically, the last step at
+    ``max_replicas`` itself (not the last power of two under it: the range asked for is the
+    range searched), then bisection for each case (docs/plan.md); each count is probed
+    once, through ``probe``."""
     seen: dict[int, Probe] = {}
 
     def at(n: int) -> Probe:
@@ -702,8 +700,8 @@ def _fewest(probe: Callable[[int], Probe], max_replicas: int) -> None:
         return seen[n]
 
     n = 1
-    while n <= max_replicas and not at(n).held_high:
-        n *= 2
+    while not at(n).held_high and n < max_replicas:
+        n = min(2 * n, max_replicas)
     for case in ("sim", "high", "low"):
         held = [k for k, p in seen.items() if p.held_in(case)]
         if not held:

@@ -63,13 +63,20 @@ def _scaled(values: Sequence[Any]) -> str:
     return "/".join(sig(v) for v in values) + " ms"
 
 
+PCT_KEYS = tuple(f"p{q:g}" for q in QS)
+
+
 def percentiles_part(name: str, stats: Any) -> str:
     """``"TTFT p50/p90/p99 48.2/95/210 ms"``; over fewer values than a tail percentile
     needs to be other than the largest ones (``resolution``: a p99 100, a p90 10) the
     maximum in its place and the count: ``"TTFT p50/max 48.2/210 ms of 3 requests"``,
-    ``"TTFT 48.2 ms of 1 request"`` (docs/metrics.md, "Headline")."""
+    ``"TTFT 48.2 ms of 1 request"``; ``"TTFT not measured"`` when no ok request had one
+    (docs/metrics.md, "Headline")."""
     s = stats if isinstance(stats, Mapping) else {}
     n = s.get("count")
+    if isinstance(stats, Mapping) and (n == 0 or not any(
+            isinstance(s.get(k), int | float) for k in ("count", "max", *PCT_KEYS))):
+        return f"{name} not measured"  # no ok request had one: no percentile to state
     top = resolution(QS[-1])
     if (not isinstance(n, int) or isinstance(n, bool) or n <= 0 or top is None
             or n >= top or s.get("max") is None):
@@ -104,7 +111,7 @@ def engine_note(manifest: RunManifest | None) -> str | None:
 
 def slo_verdict(slo: Mapping[str, Any] | None,
                 summary: Mapping[str, Any] | None = None) -> str | None:
-    """``"SLO met: 303/303 within TTFT ≤ 2000 ms"`` (met: at least ``SLO_MET_SHARE``
+    """``"SLO met: 303/303 within TTFT ≤ 2 s"`` (met: at least ``SLO_MET_SHARE``
     of the requests attained every bound); ``SLO not judged`` when a bound's metric was
     measured on no ok request of ``summary``; None when the run had no SLO."""
     if not slo or not slo.get("bounds"):

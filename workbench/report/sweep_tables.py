@@ -10,32 +10,35 @@ import pandas as pd
 import workbench.catalogs.requests as catalog
 import workbench.sweeps.spec as spec_mod
 from workbench.catalogs.requests import SCALAR_LATENCY
-from workbench.metrics.wording import slo_phrase
+from workbench.metrics.wording import slo_phrase, within_phrase
 from workbench.report.headline import capacity_brief, sig, sweep_rounds_per_unit
 from workbench.report.tables import named
 from workbench.sweeps.groups import RATE_AXIS, capacities, in_load_order, load_axis
 from workbench.sweeps.points import STATS
 from workbench.sweeps.store import OVER_RATE, Sweep
 
-#: the latency columns of a point: p90 of each scalar latency metric of the catalog
-P90 = tuple(f"{m}_p90" for m in SCALAR_LATENCY)
-#: what ``points_table`` shows, and its column names (units in the caption)
+#: what ``points_table`` shows, and its column names (units in ``POINTS_CAPTION``); the
+#: repeats only when a point had more than one
 POINT_SHOWN: tuple[tuple[str, str], ...] = (
+    ("requests", "requests"),
     *((f"{m}_p90", f"{catalog.label(m)} p90") for m in SCALAR_LATENCY),
     ("request_throughput_rps", "throughput (req/s)"), ("goodput_rps", "goodput (req/s)"),
     ("actual_prefix_hit_rate", "hit"), ("preemptions", "preemptions"), ("ok_rate", "ok"),
     ("repeats", "repeats"), ("slo_held", "SLO held"),
 )  # fmt: skip
+#: what the points table's names leave out: the report's caption, the CLI's line under it
+POINTS_CAPTION = ("Points in load order (means over repeats; latencies in ms; hit, ok and "
+                  "shares as fractions 0-1)")
 
 
-def slo_columns(sweep: Sweep) -> list[tuple[str, str, str]]:
-    """``(frame column, short name, label)`` of the SLO's bounds whose observed value the
-    points table does not show already: a bound's percentile (``ttft_ms:p99``: column
-    ``slo:ttft_ms:p99``, ``ttft_ms_p99``, ``TTFT p99``) or a per-request bound's attained
-    share (``ttft_ms<=2000``, ``TTFT ≤ 2000 ms share``), so the verdict's numbers stand in
-    the table under it."""
+def slo_columns(sweep: Sweep) -> list[tuple[str, str]]:
+    """``(frame column, label)`` of the SLO's bounds whose observed value the points table
+    does not show already: a bound's percentile (``ttft_ms:p99``: column ``ttft_ms_p99``
+    or ``slo:ttft_ms:p99``, ``TTFT p99``) or a per-request bound's attained share
+    (``ttft_ms<=2000``: ``slo:ttft_ms``, ``share within TTFT ≤ 2 s``, the bound in the
+    verdict's words), so the verdict's numbers stand in the table under it."""
     shown = {k for k, _ in POINT_SHOWN}
-    out = []
+    out: list[tuple[str, str]] = []
     for key, limit in (sweep.slo or {}).items():
         metric, _, pct = key.partition(":")
         if key == "ok":
@@ -47,9 +50,8 @@ def slo_columns(sweep: Sweep) -> list[tuple[str, str, str]]:
             # the summary's own percentile when it keeps that one: the same number
             col = name if pct in STATS else f"slo:{key}"
         else:
-            col, name = f"slo:{key}", f"{metric}<={sig(limit)}"
-            text = f"{catalog.label(metric)} ≤ {sig(limit)} ms share"
-        out.append((col, name, text))
+            col, text = f"slo:{key}", f"share within {within_phrase(metric, limit)}"
+        out.append((col, text))
     return out
 
 
@@ -78,7 +80,7 @@ def sweeps_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
             "target": m.target,
             "axes": ", ".join(s.axes),
             "repeats": m.spec.get("repeats"),
-            "SLO": m.slo_text,
+            "SLO": slo_phrase(s.slo) or None,  # in the headline's words, not the flag's
             "status": m.status,
             "points done": sum(1 for p in points if p.get("status") == "done"),
             "points skipped": sum(1 for p in points if p.get("status") == "skipped"),
@@ -111,19 +113,30 @@ def held_label(sweeps: Mapping[str, Sweep]) -> str:
     return "SLO held"
 
 
-def points_table(sweeps: Mapping[str, Sweep]) -> pd.DataFrame:
-    """A row per finished point in load order: the axes and ``POINT_SHOWN`` (ms, 0-1)."""
+def _repeated(df: pd.DataFrame) -> bool:
+    return "repeats" in df and bool((df["repeats"] > 1).any())
+
+
+def points_table(sweeps: Mapping[str, Sweep], *, held: str | None = None,
+                 over: Mapping[int, Any] | None = None) -> pd.DataFrame:
+    """A row per finished point in load order: the axes and ``POINT_SHOWN`` (ms, 0-1;
+    ``POINTS_CAPTION``). ``held``: the verdict column's name (default ``held_label``);
+    ``over``: the points over ``--max-error-rate`` as the caller judged them (default: as
+    the sweep keeps them), marked in a column when there are any."""
     frames = []
-    held = held_label(sweeps)
+    held = held or held_label(sweeps)
     for label, s in sweeps.items():
         df = in_load_order(s)
         if df.empty:
             continue
-        extra = slo_columns(s)
-        shown = (*((k, held if k == "slo_held" else text) for k, text in POINT_SHOWN),
-                 *((col, text) for col, _, text in extra))
+        shown: list[tuple[str, str]] = [
+            *((k, held if k == "slo_held" else text) for k, text in POINT_SHOWN
+              if k != "repeats" or _repeated(df)),
+            *slo_columns(s)]
+        if over is not None:
+            df[OVER_RATE] = [int(i) in over for i in df["point"]]
         if OVER_RATE in df and df[OVER_RATE].fillna(False).astype(bool).any():
-            shown = (*shown, (OVER_RATE, "over --max-error-rate"))
+            shown.append((OVER_RATE, "over --max-error-rate"))
         cols = [c for c in (*s.axes, *(k for k, _ in shown)) if c in df]
         part = df[cols].rename(columns=dict(shown))
         if len(sweeps) > 1:

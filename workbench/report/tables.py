@@ -27,7 +27,7 @@ from workbench.metrics.summary import (
     CLIENT_CPU_BOUND,
     CLIENT_LAG_P99_MS,
     CONNECT_P99_MS,
-    judged_lag,
+    lag_p99,
     measured_plan,
 )
 from workbench.metrics.wording import beside, bounds_phrase, sig
@@ -193,7 +193,7 @@ def stop_line(manifest: RunManifest) -> str | None:
 
 def attained_label(bounds: Mapping[str, Any]) -> str:
     """The run table's row of the requests that attained every per-request bound:
-    ``SLO attained (within TTFT ≤ 2000 ms)``, the bounds as the headline's verdict says."""
+    ``SLO attained (within TTFT ≤ 2 s)``, the bounds as the headline's verdict says."""
     return f"SLO attained (within {bounds_phrase(bounds)})"
 
 
@@ -295,12 +295,9 @@ def client_evidence(client: Mapping[str, Any]) -> str:
     if util is not None:
         parts.append(f"client CPU {beside(util, CLIENT_CPU_BOUND, 0, 100)}% of a core "
                      f"(bound {CLIENT_CPU_BOUND:.0%})")
-    which, lag = judged_lag(client)
-    p99 = lag.get("p99")
+    p99, words = lag_p99(client)
     if p99 is not None:
-        of = f" of {counted(lag['count'], 'request')}" if lag.get("count") else ""
-        parts.append(f"{which} p99 {beside(p99, CLIENT_LAG_P99_MS)} ms{of} "
-                     f"(bound {CLIENT_LAG_P99_MS:g} ms)")
+        parts.append(f"{words} (bound {CLIENT_LAG_P99_MS:g} ms)")
     connect = client.get("connect_wait_ms") or {}
     if connect.get("p99") is not None:
         parts.append(f"new connections' wait p99 {beside(connect['p99'], CONNECT_P99_MS)} ms "
