@@ -330,7 +330,8 @@ def test_a_limited_verdict_needs_no_count_and_its_numbers_are_the_tables(http):
              "steady_release_lag_ms": {"p99": None, "count": 0}}
     verdict = client_bottleneck(stats)
     assert verdict["client_ok_thin"] is None
-    assert verdict["client_bottleneck_reasons"] == ["release lag p99 10.04 ms of 5 releases (> 10 ms)"]
+    assert verdict["client_bottleneck_reasons"] == [
+        "release lag p99 10.04 ms of 5 releases (> 10 ms)"]
     caption = client_caption(run_summary({**stats, **verdict}))
     assert "client CPU 89.96% of a core (bound 90%)" in caption
     assert "release lag p99 10.04 ms of 5 releases (bound 10 ms)" in caption
