@@ -172,14 +172,22 @@ def check_run_headline(run: RunResult) -> str:
 
 
 def _failed_part(part: str, table: Any, errors: Any, summary: Any) -> None:
-    """``4 failed: HTTP 400 ×3 (reason); stream idle ×1 (reason); 2 other``: the count is
-    the run table's errors, each class a row of the error table with its sample."""
+    """``4 failed: HTTP 400 ×3 (reason); stream idle ×1 (what its reason adds); 2 other``:
+    the count is the run table's errors, each class a row of the error table with its
+    sample, less the class when the sample starts with it (nothing when it is the class)."""
     n, rest = part.split(" failed: ", 1)
     assert n == table.loc["errors", "value"], part
     shown = 0
     for c in summary["failures"]["classes"][:2]:
         row = errors.loc[f"error: {c['class']}"]
-        assert f"{c['class']} ×{row['requests']} ({row['sample message']})" in rest, part
+        head, sample = f"{c['class']} ×{row['requests']}", row["sample message"]
+        assert head in rest, part
+        after = rest.split(head, 1)[1]
+        if sample == c["class"]:
+            assert not after.startswith(" ("), part
+        else:
+            said = sample.removeprefix(c["class"]).lstrip(": ")
+            assert after.startswith(f" ({said})"), part
         shown += int(row["requests"])
     other = int(n) - shown
     assert rest.endswith(f"; {other} other") if other else not rest.endswith(" other"), part
