@@ -29,7 +29,9 @@ from test_transport import LIMIT, REQ, record, sse, tok, usage
 from workbench.backends import BACKENDS, WireRequest
 from workbench.backends.transport import HTTP_CLIENTS, Transport, TransportOptions
 from workbench.backends.waits import HELD_WAIT_MS
-from workbench.records import RequestRecord
+from workbench.metrics import summarize
+from workbench.records import RequestRecord, RunResult
+from workbench.report.headline import run_headline
 from workbench.sse import SSEDecoder
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -489,6 +491,34 @@ async def test_a_body_cut_short_by_the_close(cut: str):
     assert rec.status == "error" and rec.error is not None
     assert rec.error.startswith("server disconnected mid-stream after 2 token events"), rec.error
     assert rec.token_counts == [1, 2]
+
+
+async def test_the_headline_says_a_failure_once_and_then_what_its_reason_adds():
+    """The failures part of the headline on the errors the clients write (docs/metrics.md,
+    "Headline"): a reason that starts with its class shows only what it adds, not
+    "server disconnected mid-stream ×2 (server disconnected mid-stream after 2 …)"."""
+    part = b"".join(GOOD[:2])
+    cut = SSE_HEAD + b"Content-Length: %d\r\n\r\n" % (len(BODY) + 100) + part
+    recs = [r for http in HTTP_CLIENTS for r in await run(answer(cut, keep=False), http)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with asyncio.timeout(LIMIT), Transport(TransportOptions(f"127.0.0.1:{port}")) as t:
+        refused = record("r-refused")
+        await t.send(BACKENDS.get("openai"), REQ, refused)
+    recs.append(refused)
+    for i, r in enumerate(recs):
+        r.request_id, r.unit_ordinal = f"r-{i}", i
+    errors = [r.error or "" for r in recs]
+    cut_error, refused_error = errors[0], errors[-1]
+    assert cut_error.startswith("server disconnected mid-stream after 2 token events: ")
+    assert refused_error.startswith(f"cannot connect to http://127.0.0.1:{port}: ")
+    line = run_headline(summarize(RunResult("t", recs)))
+    adds = cut_error.removeprefix("server disconnected mid-stream ")
+    said = refused_error.removeprefix(f"cannot connect to http://127.0.0.1:{port}: ")
+    assert (f"0/3 ok · 3 failed: server disconnected mid-stream ×2 ({adds}); "
+            f"cannot connect to http://127.0.0.1:{port} ×1 ({said}) · ") in line, line
+    assert line.count("server disconnected") == 1 and line.count("cannot connect") == 1
 
 
 @pytest.mark.parametrize("framing", ["chunked", "close"])

@@ -62,7 +62,7 @@ def test_failures_by_class_with_the_servers_reason(tmp_path: Path) -> None:
     line = run_headline(s)
     assert line.startswith("2/7 ok · 4 failed: HTTP 400 ×3 (This model's maximum context "
                            "length is 8192 tokens."), line
-    assert "; stream idle timeout ×1 (stream idle timeout: no event for 60 s) · TTFT" in line
+    assert "; stream idle timeout ×1 (no event for 60 s) · TTFT" in line
     pytest.importorskip("pyarrow")
     from workbench.metrics import columns
 
@@ -150,3 +150,16 @@ def test_a_class_leaves_out_how_far_the_stream_got() -> None:
         "class": "server disconnected mid-stream", "requests": 4,
         "reason": "server disconnected mid-stream after 0 token events: connection closed "
                   "mid-response"}]
+
+
+def test_a_reason_the_same_as_its_class_is_not_said_again() -> None:
+    """The idle timeout of a stream that never got its head (no "after N token events"):
+    its reason is its class, said once; a class that is only part of the reason's first
+    word is not cut out of it."""
+    from workbench.metrics.deviations import beyond_class
+
+    idle = "stream idle for more than 60.0s"
+    s = summarize(RunResult("r", [rec(0), failed(1, idle), failed(2, idle)]))
+    assert f"1/3 ok · 2 failed: {idle} ×2 · TTFT" in run_headline(s)
+    assert beyond_class("HTTP 4000 things", "HTTP 400") == "HTTP 4000 things"
+    assert beyond_class("no event", "stream idle timeout") == "no event"

@@ -32,7 +32,7 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_identi
     runs = compare.load_runs([base.run_dir, slow.run_dir, base.run_dir], ["base", "slow", "same"])
     changes = compare.change_table(runs, n_boot=500, seed=1)
     assert set(changes["run"]) == {"slow", "same"} and set(changes["stat"]) == {"p50", "p90"}
-    ttft = changes[(changes["metric"] == "ttft_ms") & (changes["run"] == "slow")]
+    ttft = changes[(changes["metric"] == "TTFT (ms)") & (changes["run"] == "slow")]
     for _, row in ttft.iterrows():
         assert 0 < row["change lo"] <= row["change"] <= row["change hi"]
     # the same 6 sessions in both runs: paired; a p50 needs 5 of them, a p90 29

@@ -47,7 +47,7 @@ def test_enough_requests_decide_as_before(tmp_path: Path) -> None:
     slow = _run(tmp_path, "slow", 40, "--engine", "request_overhead_ms=5000")
     changes = compare.change_table(compare.load_runs([base, slow], ["base", "slow"]),
                                    n_boot=500)
-    ttft = changes[changes["metric"] == "ttft_ms"]
+    ttft = changes[changes["metric"] == "TTFT (ms)"]
     assert list(ttft["significant"]) == [True, True]
     # Mooncake's sessions are single requests: resampled by request, and paired (the
     # same 40 requests in both runs)

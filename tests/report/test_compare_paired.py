@@ -114,7 +114,7 @@ def test_two_sessions_of_200_requests_are_too_few_sessions(tmp_path: Path) -> No
     mine = changes[changes["run"] == "slow"]
     assert set(mine["design"]) == {"paired"}  # the same trace, the same sessions
     assert set(mine["resampled"]) == {"sessions (2 and 2)"}
-    ttft = mine[mine["metric"] == "ttft_ms"]
+    ttft = mine[mine["metric"] == "TTFT (ms)"]
     assert list(ttft["verdict"]) == ["too few sessions (2 and 2; a p50 needs 5 in each)",
                                      "too few sessions (2 and 2; a p90 needs 29 in each)"]
     assert (ttft["change"] > 0).all()  # 50 ms later, which 2 sessions cannot show

@@ -172,14 +172,22 @@ def check_run_headline(run: RunResult) -> str:
 
 
 def _failed_part(part: str, table: Any, errors: Any, summary: Any) -> None:
-    """``4 failed: HTTP 400 ×3 (reason); stream idle ×1 (reason); 2 other``: the count is
-    the run table's errors, each class a row of the error table with its sample."""
+    """``4 failed: HTTP 400 ×3 (reason); stream idle ×1 (what its reason adds); 2 other``:
+    the count is the run table's errors, each class a row of the error table with its
+    sample, less the class when the sample starts with it (nothing when it is the class)."""
     n, rest = part.split(" failed: ", 1)
     assert n == table.loc["errors", "value"], part
     shown = 0
     for c in summary["failures"]["classes"][:2]:
         row = errors.loc[f"error: {c['class']}"]
-        assert f"{c['class']} ×{row['requests']} ({row['sample message']})" in rest, part
+        head, sample = f"{c['class']} ×{row['requests']}", row["sample message"]
+        assert head in rest, part
+        after = rest.split(head, 1)[1]
+        if sample == c["class"]:
+            assert not after.startswith(" ("), part
+        else:
+            said = sample.removeprefix(c["class"]).lstrip(": ")
+            assert after.startswith(f" ({said})"), part
         shown += int(row["requests"])
     other = int(n) - shown
     assert rest.endswith(f"; {other} other") if other else not rest.endswith(" other"), part
@@ -232,7 +240,7 @@ def _change_line_agrees(line: str, label: str, changes: Any) -> None:
     table: the numbers, and the verdict its interval carries."""
     mine = changes[changes["run"] == label].set_index(["metric", "stat"])
     body = line.split(": ", 1)[1]
-    for name, metric in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
+    for name, metric in (("TTFT", "TTFT (ms)"), ("TPOT", "TPOT (ms)")):
         if "identical runs" in body or f"{name} identical" in body:
             rows = mine.loc[metric]
             assert (rows["verdict"] == compare.IDENTICAL).all(), (body, rows)
@@ -246,7 +254,7 @@ def _change_line_agrees(line: str, label: str, changes: Any) -> None:
         verdict = re.split(r"; (?=TTFT |TPOT )", body[m.end():end])[0].rstrip(",; ")
         name, stat, change, unit, lo, hi = m.groups()
         factor = 1000.0 if unit == "s" else 1.0
-        metric = {"TTFT": "ttft_ms", "TPOT": "tpot_ms"}.get(name or "", metric)
+        metric = {"TTFT": "TTFT (ms)", "TPOT": "TPOT (ms)"}.get(name or "", metric)
         row = mine.loc[(metric, stat)]
         for said, value in ((change, row["change"]), (lo, row["change lo"]),
                             (hi, row["change hi"])):
@@ -290,10 +298,14 @@ def test_a_compare_headline_agrees_with_its_change_table(a: RunResult, b: RunRes
         for part in mine.split(": ", 1)[1].split(SEP):
             if part.startswith(("TTFT", "TPOT")) and "n/a" not in part:
                 metric = f"{part[:4].lower()}_ms"
-                row = pct[(pct["metric"] == metric) & (pct["run"] == label)].iloc[0]
+                row = pct[(pct["metric"] == f"{part[:4]} (ms)") & (pct["run"] == label)].iloc[0]
                 cells = {k: tables.Table(pct, "p").cell(row[k], {k}) for k in pct.columns}
                 cells["count"] = str(int(row["n"]))
                 _latency_part(part, pd.DataFrame({metric: cells}).T)
+                # the max in a percentile's place, "of N requests", is the table's thin one
+                m = re.search(r" of ([0-9]+) requests?$", part)
+                assert (row["thin"].endswith(m.group(0)) if m else row["thin"] == ""), (
+                    part, row["thin"])
     hits = compare.hit_rate_table(runs_)
     for label in runs_:  # each run's prefix hit, as its line states it, is the hit table's
         (mine,) = [ln for ln in head.lines if ln.startswith(f"{label}")]
@@ -418,7 +430,7 @@ def test_a_run_compared_with_itself_reads_identical_not_no_change() -> None:
                     "change to judge")
     shifted = {"base": run, "later": _sessions_run("c", 40, 3, shift_ms=9.0)}
     changes = compare.change_table(shifted, n_boot=200)
-    ttft = changes[changes["metric"] == "ttft_ms"]
+    ttft = changes[changes["metric"] == "TTFT (ms)"]
     assert set(ttft["verdict"]) == {"significant"}  # every value 9 ms later: paired, exact
     line = compare.compare_headline(shifted, changes).lines[-1]
     assert line.startswith("  later vs base (intervals by session, paired): TTFT p50 +9 ms "
@@ -457,7 +469,7 @@ def test_a_constant_metric_equal_in_both_runs_and_a_run_with_no_value_read_as_su
         r.session_id = "x" + r.session_id
     runs_ = {"base": base, "other": other}
     changes = compare.change_table(runs_, n_boot=200)
-    tpot = changes[changes["metric"] == "tpot_ms"]
+    tpot = changes[changes["metric"] == "TPOT (ms)"]
     assert set(tpot["verdict"]) == {compare.IDENTICAL}
     line = compare.compare_headline(runs_, changes).lines[-1]
     assert line.endswith("; TPOT identical in both runs (every value equal), no change to judge")

@@ -259,7 +259,7 @@ def test_percentile_table_rows_per_metric_and_run() -> None:
     runs = {"a": make_run("a"), "b": make_run("b", slow=2)}
     df = compare.percentile_table(runs, n_boot=200)
     pairs = list(zip(df["metric"], df["run"], strict=True))
-    assert pairs[:3] == [("ttft_ms", "a"), ("ttft_ms", "b"), ("tpot_ms", "a")]
+    assert pairs[:3] == [("TTFT (ms)", "a"), ("TTFT (ms)", "b"), ("TPOT (ms)", "a")]
     row = df.iloc[1]
     assert row["p50"] == pytest.approx(60.0) and row["p50 lo"] <= 60 <= row["p50 hi"]
 

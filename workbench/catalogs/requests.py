@@ -114,6 +114,12 @@ def label(name: str, *, long: bool = False) -> str:
     return name if row is None else row.title if long else row.label
 
 
+def with_unit(name: str) -> str:
+    """``"TTFT (ms)"``: a metric's label and its unit, as a table's row or column names it."""
+    row = get(name)
+    return name if row is None else f"{row.label} ({row.unit})"
+
+
 #: the columns ``to_frame`` derives, in frame order
 FRAME_COLUMNS: tuple[str, ...] = names(in_frame=True)
 #: the derived integer and float columns of ``derive`` (``records.parquet``)

@@ -72,14 +72,32 @@ def failures(df: Columns) -> dict[str, Any] | None:
     return {"requests": len(bad), "classes": ranked[:KEPT_CLASSES]}
 
 
+def beyond_class(sample: str, cls: str) -> str:
+    """What a class's sample reason says beyond the class: ``"after 3 token events:
+    connection closed"`` for ``"server disconnected mid-stream after 3 token events:
+    connection closed"``, ``""`` when the two are the same; the whole reason when it does
+    not start with its class (a server's answer to ``HTTP 400``)."""
+    rest = sample.removeprefix(cls)
+    if rest == sample or (rest and cls and rest[0].isalnum() and cls[-1].isalnum()):
+        return sample  # not the class, or the class is only part of its first word
+    return rest.lstrip(": ")
+
+
+def _class_part(row: Mapping[str, Any]) -> str:
+    adds = beyond_class(str(row["reason"]), str(row["class"]))
+    return f"{row['class']} ×{row['requests']}" + (f" ({adds})" if adds else "")
+
+
 def failures_part(summary: Mapping[str, Any]) -> str | None:
-    """``"53 failed: HTTP 400 ×53 (This model's maximum context length is 8192 tokens…)"``;
-    the two largest classes, and how many more."""
+    """``"53 failed: HTTP 400 ×53 (This model's maximum context length is 8192 tokens…)"``,
+    ``"server disconnected mid-stream ×10 (after 3 token events: connection closed)"``;
+    the two largest classes, each with what its sample reason adds to it, and how many
+    more."""
     f = summary.get("failures")
     if not isinstance(f, Mapping) or not f.get("requests"):
         return None
     classes = list(f.get("classes") or [])
-    shown = "; ".join(f"{c['class']} ×{c['requests']} ({c['reason']})" for c in classes[:2])
+    shown = "; ".join(_class_part(c) for c in classes[:2])
     rest = int(f["requests"]) - sum(int(c["requests"]) for c in classes[:2])
     more = f"; {rest} other" if rest > 0 else ""
     return f"{f['requests']} failed: {shown}{more}"

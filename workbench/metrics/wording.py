@@ -6,10 +6,11 @@ The capacity's definition: docs/sweeps.md, "Capacity".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import workbench.catalogs.requests as catalog
+from workbench.metrics.distribution import resolution
 from workbench.metrics.slo import DEFAULT_MIN_OK
 from workbench.plurals import counted
 
@@ -41,6 +42,15 @@ def beside(value: float, bound: float, digits: int = 1, scale: float = 1.0) -> s
         digits += 1
         text = f"{v:.{digits}f}"
     return text
+
+
+def unresolved_phrase(qs: Iterable[float], n: int, what: str = "request") -> str:
+    """``"p99 of 10 requests"``, ``"p90, p99 of 5 requests"``: the percentiles of ``qs``
+    that ``n`` values cannot resolve (fewer than ``distribution.resolution``: read off the
+    largest ones, where a run's headline gives the max), with the count; ``""`` when
+    ``n`` resolves them all or is 0 (docs/metrics.md, "Headline")."""
+    few = [f"p{q:g}" for q in qs if 0 < n < (resolution(q) or 0)]
+    return f"{', '.join(few)} of {counted(n, what)}" if few else ""
 
 
 def _limit(ms: float) -> str:

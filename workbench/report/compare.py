@@ -23,9 +23,10 @@ from workbench.config import RunConfig
 from workbench.errors import ConfigError
 from workbench.executors.virtual import simulate
 from workbench.metrics import run_rows
-from workbench.metrics.distribution import quantiles, sample, support
+from workbench.metrics.distribution import quantiles, resolution, sample, support
 from workbench.metrics.frame import ok_rows
 from workbench.metrics.summary import measured_plan
+from workbench.metrics.wording import unresolved_phrase
 from workbench.plurals import counted
 from workbench.records import RunManifest, RunResult, manifest_of
 from workbench.report import tables
@@ -310,7 +311,8 @@ CHANGE_QS: tuple[float, ...] = (50, 90)
 def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                  qs: Sequence[float] = CHANGE_QS, *, n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> pd.DataFrame:
-    """Per run after the baseline, metric and percentile: both values (ms), the change with
+    """Per run after the baseline, metric (its catalog label and unit, ``TTFT (ms)``) and
+    percentile: both values (ms), the change with
     its bootstrap interval and in %, whether it is significant and the verdict in words,
     what was resampled and in which design (paired when both runs replay the same
     sessions: ``design``)."""
@@ -335,7 +337,7 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                     significant, verdict = (None, IDENTICAL) if same else _verdict(
                         lo, hi, q, units)
                     rows.append({
-                        "metric": metric, "run": label, "stat": f"p{q:g}",
+                        "metric": catalog.with_unit(metric), "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
                         "change lo": lo, "change hi": hi,
                         "change (%)": 100 * change / ref if ref else math.nan,
@@ -474,20 +476,21 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     """``"TTFT p50 +12.3 ms [+8.1, +16] significant, p90 ..."`` for one run (TTFT and
     TPOT, as in the headline), each change's verdict as the table's ``verdict``."""
     parts = []
-    mine = changes[(changes["run"] == label) & changes["metric"].isin(HEADLINE_CHANGES)]
+    words = {catalog.with_unit(m): METRIC_NAMES[m] for m in HEADLINE_CHANGES}
+    mine = changes[(changes["run"] == label) & changes["metric"].isin(list(words))]
     if len(mine) and (mine["verdict"] == IDENTICAL).all():
-        names = " and ".join(METRIC_NAMES.get(str(m), str(m)) for m in mine["metric"].unique())
+        names = " and ".join(words[str(m)] for m in mine["metric"].unique())
         why = (" (the same run given twice, or a deterministic replay repeated)"
                if (mine["design"] == "paired").all() else "")
         return f"identical runs: every {names} value is equal in both{why}, no change to judge"
     for metric, part in mine.groupby("metric", sort=False):
         if (part["verdict"] == IDENTICAL).all():
-            parts.append(f"{METRIC_NAMES.get(str(metric), metric)} identical in both runs "
+            parts.append(f"{words[str(metric)]} identical in both runs "
                          "(every value equal), no change to judge")
             continue
         stats = [f"{r['stat']} {_change_text(r['change'], r['change lo'], r['change hi'])} "
                  f"{r['verdict']}" for _, r in part.iterrows()]
-        parts.append(f"{METRIC_NAMES.get(str(metric), metric)} " + ", ".join(stats))
+        parts.append(f"{words[str(metric)]} " + ", ".join(stats))
     return "; ".join(parts)
 
 
@@ -527,14 +530,17 @@ def compare_headline(runs: Mapping[str, Any], changes: pd.DataFrame | None = Non
 def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                      qs: Sequence[float] = QS, *, n_boot: int = 2000, level: float = 0.95,
                      seed: int = 0) -> pd.DataFrame:
-    """One row per (metric, run): n, each percentile with its bootstrap CI, and the max
-    (ms)."""
+    """One row per (metric, run): the metric's catalog label and unit (``TTFT (ms)``), n,
+    each percentile with its bootstrap CI, the max (ms), and ``thin``: the percentiles n
+    values cannot resolve, as the run headline flags them (``p99 of 10 requests``, read off
+    the largest values; docs/metrics.md, "Headline")."""
     rows = []
     for metric in metrics:
         for label, run in runs.items():
             sessions = clusters_of(ok_rows(run), metric)
             vals = sessions.values
-            row: dict[str, Any] = {"metric": metric, "run": label, "n": int(vals.size),
+            row: dict[str, Any] = {"metric": catalog.with_unit(metric), "run": label,
+                                   "n": int(vals.size),
                                    "resampled": resampled_unit(sessions)}
             for q in qs:
                 lo, hi = _interval(sessions, q, n_boot=n_boot, level=level, seed=seed)
@@ -543,6 +549,7 @@ def percentile_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRIC
             # the max: a run headline over fewer values than a p99 resolves gives it in
             # the p99's place (docs/metrics.md, "Headline"), so it is a cell here too
             row["max"] = float(vals.max()) if vals.size else math.nan
+            row["thin"] = unresolved_phrase(qs, int(vals.size))
             rows.append(row)
     return named(pd.DataFrame(rows), "percentiles_ci")
 
@@ -660,7 +667,10 @@ def latency_caption(runs: Mapping[str, Any], level: float = 0.95) -> str:
              if len(virtual) == len(runs) else
              f" In virtual time (simulated ms): {', '.join(virtual)}; the rest wall clock.")
     return (f"Latency percentiles of ok requests (ms) with {level * 100:.0f} % bootstrap "
-            f"intervals ({CLUSTER_NOTE}: column 'resampled').{which}")
+            f"intervals ({CLUSTER_NOTE}: column 'resampled'); thin: a percentile over fewer "
+            f"values than resolve it (a p{QS[-1]:g} {resolution(QS[-1])}, a p90 "
+            f"{resolution(90)}) is read off the largest ones, where a run's headline gives "
+            f"the max.{which}")
 
 
 def error_table(runs: Mapping[str, Any]) -> pd.DataFrame:
