@@ -112,9 +112,18 @@ def _main(argv: Sequence[str]) -> int:
             return _run(args)
         finally:
             sys.stdout, sys.stderr = streams
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
-        print(f"workbench{' ' + command if command else ''}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (workbench.signals): the run is saved
+        print(f"workbench{' ' + command if command else ''}: interrupted by {signal_of(exc)}",
+              file=sys.stderr)
         return ExitCode.CANCELLED
+
+
+def signal_of(exc: KeyboardInterrupt) -> str:
+    """The signal that stopped a command: ``KeyboardInterrupt("signal SIGTERM")`` as the
+    stop signals' handlers raise it (``_interrupt``, ``workbench.signals``); a bare one is
+    SIGINT's own (Python's handler, asyncio's runner)."""
+    text = str(exc)
+    return text.removeprefix("signal ") if text.startswith("signal SIG") else "SIGINT"
 
 
 def _run(args: argparse.Namespace) -> int:

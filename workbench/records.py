@@ -12,6 +12,11 @@ from typing import Any, ClassVar, Literal
 UnitKind = Literal["session", "independent"]
 SpawnTrigger = Literal["round_start", "round_end"]
 
+#: a unit's arrival offset from the start of its trace (``arrival_ms``): 366 days at most,
+#: the one bound trace readers (``traces.bounds``) and a rate-rescaled arrival span
+#: (``arrival.rate``) are held to (docs/trace-bounds.md, "Bounds"; docs/config-bounds.md)
+MAX_ARRIVAL_MS = 366 * 24 * 3600 * 1000.0
+
 
 class Prompted:
     """A request's prompt length: reused prefix + fresh input (``Round``, ``RoundPlan``)."""

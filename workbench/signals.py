@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -43,8 +45,8 @@ class SignalStop:
         self._loop = self._stop = self._thread = None
 
     def on_signal(self, signum: int, frame: Any) -> None:
-        if self.hit:  # a second signal: stop now
-            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+        if self.hit:  # a second signal: stop now, named by the first (the run's stop_signal)
+            raise KeyboardInterrupt(f"signal {self.name}")
         self.hit, self.name = True, signal.Signals(signum).name
         if self._loop is None or self._stop is None:
             return
@@ -157,29 +159,72 @@ def calling_on_signals(loop: asyncio.AbstractEventLoop, callback: Callable[[], A
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def _cancel_task_on_sigterm(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
-                            flag: SignalStop) -> contextlib.AbstractContextManager[None]:
-    def on_term() -> None:
-        flag.hit = True
-        cancel()
+#: the stop of the run ``run_with_sigterm`` plays in this context (None outside one)
+_STOPPING: contextvars.ContextVar[SignalStop | None] = contextvars.ContextVar(
+    "workbench_stopping", default=None)
 
-    return calling_on_signals(loop, on_term, STOP_SIGNALS)
+
+def stop_signal_name() -> str | None:
+    """The signal that stopped the run in progress in this context (``SIGINT``,
+    ``SIGTERM``, ...; None: none came, or no ``run_with_sigterm`` around it): what a live
+    run's manifest records as ``stop_signal`` (docs/run-directory.md, "Stopping")."""
+    flag = _STOPPING.get()
+    return flag.name if flag is not None and flag.hit else None
+
+
+def _note(flag: SignalStop, signum: int) -> None:
+    if not flag.hit:  # the first signal is the one that stopped the run
+        flag.hit, flag.name = True, signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _noting_sigint(flag: SignalStop) -> Iterator[None]:
+    """While inside, SIGINT is noted in ``flag`` and then handled as before (the runner's
+    own handler: cancel the task, a second one raises ``KeyboardInterrupt``)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+
+    def noting(signum: int, frame: Any) -> Any:
+        _note(flag, signum)
+        return previous(signum, frame)
+
+    signal.signal(signal.SIGINT, noting)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is noting:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_with_sigterm(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
     """``runner.run(coro)``; a SIGTERM meanwhile cancels it as SIGINT would, then raises
-    ``KeyboardInterrupt``."""
+    ``KeyboardInterrupt("signal SIGTERM")``. The first stop signal's name is
+    ``stop_signal_name()`` inside ``coro`` (the run saves it in its manifest)."""
     flag = SignalStop()
+
+    def on_stop(cancel: Callable[[], Any], signum: int) -> None:
+        _note(flag, signum)
+        cancel()
 
     async def main() -> T:
         task = asyncio.current_task()
         assert task is not None
-        with _cancel_task_on_sigterm(asyncio.get_running_loop(), task.cancel, flag):
+        loop = asyncio.get_running_loop()
+        # set here, in the runner's own context (not the caller's): tasks made from now copy it
+        token = _STOPPING.set(flag)
+        with contextlib.ExitStack() as stack:
+            stack.callback(_STOPPING.reset, token)
+            for sig in STOP_SIGNALS:
+                stack.enter_context(calling_on_signals(
+                    loop, functools.partial(on_stop, task.cancel, sig), (sig,)))
+            stack.enter_context(_noting_sigint(flag))
             return await coro
 
     try:
         return runner.run(main())
     except asyncio.CancelledError:
         if flag.hit:
-            raise KeyboardInterrupt("signal") from None
+            raise KeyboardInterrupt(f"signal {flag.name}") from None
         raise

@@ -102,7 +102,7 @@ def test_sigint_prints_the_headline_of_what_was_saved(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.CANCELLED, err
     assert "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == "workbench replay: interrupted", err
+    assert err.strip().splitlines()[-1] == "workbench replay: interrupted by SIGINT", err
     summary = json.loads((tmp_path / "head" / "summary.json").read_text())
     lines = out.strip().splitlines()
     assert lines[0].startswith(
@@ -138,7 +138,9 @@ def test_a_second_signal_while_the_run_saves_waits_for_the_save(tmp_path, comman
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.CANCELLED, err
     assert "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted", err
+    # the first signal stopped the run: the second only waited for the save
+    assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted by SIGINT", err
+    assert json.loads((run / "manifest.json").read_text())["stop_signal"] == "SIGINT"
     records = (run / "records.jsonl").read_text().splitlines()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["run_cancelled"] is True and summary["requests"] == len(records)

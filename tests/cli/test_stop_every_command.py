@@ -24,8 +24,9 @@ LARGE = str(data_path("tracelab/multi_session_large.csv"))
 DEADLINE_S = 120.0
 
 
-def _clean_stop(proc: subprocess.Popen, command: str) -> str:
-    """The stopped command's stdout, once its end was checked clean."""
+def _clean_stop(proc: subprocess.Popen, command: str, sig: str) -> str:
+    """The stopped command's stdout, once its end was checked clean (its last line names
+    the signal)."""
     try:
         out, err = proc.communicate(timeout=DEADLINE_S)
     except subprocess.TimeoutExpired:
@@ -34,7 +35,7 @@ def _clean_stop(proc: subprocess.Popen, command: str) -> str:
         raise
     assert proc.returncode == ExitCode.CANCELLED, err
     assert "Traceback" not in err and "never retrieved" not in err, err
-    assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted", err
+    assert err.strip().splitlines()[-1] == f"workbench {command}: interrupted by {sig}", err
     return out
 
 
@@ -51,9 +52,10 @@ def test_a_stopped_simulate_saves_what_finished(tmp_path, sig):
     run = tmp_path / "s"
     until(lambda: (run / "manifest.json").exists(), "the run directory was claimed", proc=proc)
     proc.send_signal(sig)
-    out = _clean_stop(proc, "simulate")
+    out = _clean_stop(proc, "simulate", sig.name)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "cancelled", manifest["status"]
+    assert manifest["stop_signal"] == sig.name
     lines = (run / "records.jsonl").read_text().splitlines()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["requests"] == len(lines)
@@ -109,10 +111,12 @@ def test_sigterm_stops_a_live_sweep_with_one_line(tmp_path, nth):
     code = IN_A_TASK.format(nth=nth, argv=argv, plotting=str(plotting))
     proc = subprocess.Popen([sys.executable, "-c", code],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = _clean_stop(proc, "sweep")
+    out = _clean_stop(proc, "sweep", "SIGTERM")
     runs = sorted((tmp_path / "w" / "runs").glob("*/manifest.json"))
-    statuses = [json.loads(m.read_text())["status"] for m in runs]
+    manifests = [json.loads(m.read_text()) for m in runs]
+    statuses = [m["status"] for m in manifests]
     assert statuses[-1] == "cancelled" and "running" not in statuses, statuses
+    assert manifests[-1]["stop_signal"] == "SIGTERM"  # the stopped point's run says it
     assert json.loads((tmp_path / "w" / "sweep.json").read_text())["status"] == "interrupted"
     done = 1 if nth == 14 else 0  # point 0 whole before the 14th: its row is printed
     assert out.startswith(f"INCOMPLETE (interrupted): {done} of 2 points done"), out
@@ -145,7 +149,7 @@ def test_a_signal_while_starting_is_one_clean_line(tmp_path, sig, module):
     assert done.returncode == ExitCode.CANCELLED, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines() == ["workbench: interrupted"] or \
-        done.stderr.strip().splitlines()[-1].endswith(": interrupted"), done.stderr
+        done.stderr.strip().splitlines()[-1].endswith(f": interrupted by {sig}"), done.stderr
     assert not list(Path(tmp_path).iterdir()) or all(
         json.loads((d / "manifest.json").read_text())["status"] != "running"
         for d in Path(tmp_path).iterdir()), "no run left 'running'"
@@ -167,7 +171,7 @@ def test_sigterm_stops_a_virtual_sweep_at_once(tmp_path, parallel):
     until(lambda: runs.is_dir() and len(list(runs.glob("*/manifest.json"))) >= want,
           "the points started", proc=proc)
     proc.send_signal(signal.SIGTERM)
-    out = _clean_stop(proc, "sweep")
+    out = _clean_stop(proc, "sweep", "SIGTERM")
     statuses = [json.loads(m.read_text())["status"] for m in runs.glob("*/manifest.json")]
     assert statuses and set(statuses) == {"cancelled"}, statuses
     # what the sweep saved, as a finished one prints it, marked INCOMPLETE

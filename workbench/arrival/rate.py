@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from workbench.durations import DAY_MS
 from workbench.errors import ConfigError
+from workbench.records import MAX_ARRIVAL_MS
 
-#: a rescaled arrival span past this is refused: the bound of a trace's own arrival
-#: offsets (docs/trace-bounds.md), so ``--rate 1e-6`` cannot plan units decades apart
-MAX_SPAN_MS = 366 * 24 * 3600 * 1000.0
-DAY_MS = 86_400_000.0
+# a rescaled arrival span past a trace's own arrival-offset bound (``MAX_ARRIVAL_MS``) is
+# refused, so ``--rate 1e-6`` cannot plan units decades apart (docs/config-bounds.md,
+# ``arrival.rate``)
 
 
 def days_past(ms: float, bound_ms: float) -> str:
@@ -42,11 +43,10 @@ def rescale_to_rate(arrivals_ms: Sequence[float], rate: float) -> list[float]:
         return [float(a) for a in arrivals_ms]
     factor = r / rate
     span = (max(arrivals_ms) - min(arrivals_ms)) * factor
-    if span > MAX_SPAN_MS:
+    if span > MAX_ARRIVAL_MS:
         raise ConfigError(
             f"arrival.rate {rate:g}: the {len(arrivals_ms)} units' arrivals would span "
-            f"{days_past(span, MAX_SPAN_MS)} days, past the {MAX_SPAN_MS / DAY_MS:g}-day bound "
-            "of an arrival offset "
-            "(docs/config-bounds.md); raise the rate"
+            f"{days_past(span, MAX_ARRIVAL_MS)} days, past the {MAX_ARRIVAL_MS / DAY_MS:g}-day "
+            "bound of an arrival offset (docs/config-bounds.md); raise the rate"
         )
     return [a * factor for a in arrivals_ms]

@@ -31,7 +31,7 @@ from workbench.replay.outcome import RunOutcome, ShardOutcome
 from workbench.replay.plan import Plan
 from workbench.replay.runner import Runner
 from workbench.replay.target import HttpTarget, Sampler, Target
-from workbench.signals import held
+from workbench.signals import held, stop_signal_name
 from workbench.storage.rundir import RecordWriter, claim_run_dir, write_manifest
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class RunFacts:
     executor: dict[str, Any] | None = None  # a sharded run's split, epoch, clocks
     virtual_executor: dict[str, Any] | None = None  # virtual time: shards and options
     virtual_duration_s: float | None = None
-    stop_signal: str | None = None  # the signal that stopped a virtual run
+    stop_signal: str | None = None  # the signal that stopped a virtual run (live: _finalize)
 
 
 class Executor(Protocol):
@@ -386,6 +386,8 @@ class ReplaySession(RecordSinks):
         m, f = self.manifest, self.facts
         m.block_size, m.executor, m.virtual_executor = f.block_size, f.executor, f.virtual_executor
         m.virtual_duration_s, m.stop_signal = f.virtual_duration_s, f.stop_signal
+        if status == "cancelled" and m.stop_signal is None:  # a live run's signal, if one came
+            m.stop_signal = stop_signal_name()
         self.manifest.status = status
         self.manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         self.close_writers()

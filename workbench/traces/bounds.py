@@ -13,12 +13,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from workbench.errors import TraceFormatError
+from workbench.records import MAX_ARRIVAL_MS as MAX_ARRIVAL_MS  # a unit's arrival offset: 366 days
 from workbench.records import Round, Unit, UnitStream, Workload
 
 # each bound and why it is what it is: docs/trace-bounds.md, "Bounds" and "Sendable ids"
 MAX_ROUND_TOKENS = 10_000_000  # prompt + output of one round (and so each length)
 MAX_WAIT_MS = 7 * 24 * 3600 * 1000.0  # any wait between two rounds: 7 days
-MAX_ARRIVAL_MS = 366 * 24 * 3600 * 1000.0  # a unit's arrival offset: 366 days
 MAX_EPOCH_MS = float(2**53)  # absolute Unix ms (Dynamo, TraceLab): exact in a float
 #: Unix time told from its scale (docs/trace-bounds.md, "Unix time"): ms from 1e12 (2001-09-09),
 #: seconds from 1e9 to 1e10 (2001-09-09 to 2286-11-20)
