@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 #: what ``serve_app`` takes: an app, or the route definitions of one
@@ -105,3 +109,18 @@ async def serve_raw(handle: RawHandler) -> AsyncIterator[str]:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_WAIT_S):
                 await server.wait_closed()
+
+
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A key and a self-signed certificate for localhost and 127.0.0.1 under ``tmp``, made
+    by ``openssl`` (the test skips where it is missing)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    key, cert = tmp / "key.pem", tmp / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return key, cert

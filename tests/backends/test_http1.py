@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import re
-import shutil
 import ssl
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from loopback import RawHandler, read_request, serve_raw
+from loopback import RawHandler, read_request, self_signed, serve_raw
 from public_data import REPO
 from test_transport import GOOD, LIMIT, REQ, Script, record, serve, sse, tok, usage
 
@@ -205,22 +203,9 @@ async def test_concurrent_requests_share_a_pool_of_at_most_that_many_connections
     assert len(script.peers) == 12 and len(set(script.peers)) == 4
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    key, cert = tmp / "key.pem", tmp / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return key, cert
-
-
 @pytest.mark.parametrize("http", HTTP_CLIENTS)
 async def test_tls_through_asyncio_ssl(tmp_path: Path, http: str, loopback):
-    key, cert = _self_signed(tmp_path)
+    key, cert = self_signed(tmp_path)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
     client_ctx = ssl.create_default_context(cafile=str(cert))

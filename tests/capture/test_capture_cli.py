@@ -8,6 +8,7 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -113,15 +114,11 @@ async def test_parent_header_names_the_sub_agent(sim, tmp_path: Path) -> None:
     assert marker["requests"][1]["agent_id"] == "agent_002"
 
 
-async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp_path: Path
-                                                                   ) -> None:  # fmt: skip
-    """Ctrl-C waits for requests in flight (docs/capture.md, "Stopping"); a second one
-    cuts them at once: one line, no traceback (aiohttp's handlers used to get the
-    KeyboardInterrupt: "Task exception was never retrieved ... InvalidStateError"), and
-    the finished conversation still written."""
+def _chat_answering_once(never: asyncio.Event, prompt_tokens: int) -> Any:
+    """A streamed chat answer of one token "hi" with usage; a request for more than one
+    token gets its first piece and then waits on ``never`` (the Ctrl-C tests' two
+    requests: one finished, one in flight)."""
     from aiohttp import web
-
-    never = asyncio.Event()  # the second answer never ends
 
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -131,9 +128,24 @@ async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp
         await resp.write(b"data: " + orjson.dumps(piece) + b"\n\n")
         if body["max_tokens"] > 1:
             await never.wait()
-        usage = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}}
+        usage = {"choices": [], "usage": {"prompt_tokens": prompt_tokens,
+                                          "completion_tokens": 1}}
         await resp.write(b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n")
         return resp
+
+    return chat
+
+
+async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp_path: Path
+                                                                   ) -> None:  # fmt: skip
+    """Ctrl-C waits for requests in flight (docs/capture.md, "Stopping"); a second one
+    cuts them at once: one line, no traceback (aiohttp's handlers used to get the
+    KeyboardInterrupt: "Task exception was never retrieved ... InvalidStateError"), and
+    the finished conversation still written."""
+    from aiohttp import web
+
+    never = asyncio.Event()  # the second answer never ends
+    chat = _chat_answering_once(never, prompt_tokens=7)
 
     upstream = await loopback([web.post("/v1/chat/completions", chat)])
     out = tmp_path / "cap"
@@ -183,18 +195,7 @@ async def test_a_second_ctrl_c_keeps_a_finished_request_being_recorded(loopback,
 
     never, said = asyncio.Event(), asyncio.Event()
     asked = asyncio.Event()  # the finished request's /tokenize call came
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        piece = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
-        await resp.write(b"data: " + orjson.dumps(piece) + b"\n\n")
-        if body["max_tokens"] > 1:
-            await never.wait()
-        usage = {"choices": [], "usage": {"prompt_tokens": 70, "completion_tokens": 1}}
-        await resp.write(b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n")
-        return resp
+    chat = _chat_answering_once(never, prompt_tokens=70)
 
     async def tokenize(request: web.Request) -> web.Response:
         asked.set()

@@ -15,17 +15,15 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import shutil
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
-from loopback import read_request, serve_raw
+from loopback import read_request, self_signed, serve_raw
 from waiting import POLL_S
 
 from workbench.backends import BACKENDS, WireRequest
@@ -362,24 +360,11 @@ def test_a_connection_noticed_late_by_a_busy_loop_is_the_clients_lateness(http):
     assert rec.extra[CONNECT_WAIT_MS] * 1e6 <= (now - began[0]) - burn_ns + 10_000_000
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    key, cert = tmp / "key.pem", tmp / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return key, cert
-
-
 async def test_a_tls_handshake_the_server_holds_is_its_connect_wait(http, tmp_path):
     """The kernel makes the TCP connection (the backlog has room); the server accepts it,
     and so begins the TLS handshake, only once the test has seen it made: the hold is the
     request's connect wait, out of its release lag."""
-    key, cert = _self_signed(tmp_path)
+    key, cert = self_signed(tmp_path)
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
     accept = asyncio.Event()
