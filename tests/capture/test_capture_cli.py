@@ -114,6 +114,12 @@ async def test_parent_header_names_the_sub_agent(sim, tmp_path: Path) -> None:
     assert marker["requests"][1]["agent_id"] == "agent_002"
 
 
+def _ask(tokens: int) -> dict:
+    """A streamed chat request for ``tokens`` tokens (the Ctrl-C tests' two requests)."""
+    return {"model": "m", "max_tokens": tokens, "stream": True,
+            "messages": [{"role": "user", "content": "hello " * 20}]}
+
+
 def _chat_answering_once(never: asyncio.Event, prompt_tokens: int) -> Any:
     """A streamed chat answer of one token "hi" with usage; a request for more than one
     token gets its first piece and then waits on ``never`` (the Ctrl-C tests' two
@@ -158,14 +164,10 @@ async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp
         assert proc.stdout is not None
         url = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode().split()[3]
 
-        def ask(tokens: int) -> dict:
-            return {"model": "m", "max_tokens": tokens, "stream": True,
-                    "messages": [{"role": "user", "content": "hello " * 20}]}
-
         async with aiohttp.ClientSession() as http:
-            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(1))) as r:
+            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(_ask(1))) as r:
                 await r.read()  # a finished conversation
-            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(9))) as r:
+            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(_ask(9))) as r:
                 await r.content.readany()  # in flight: its first piece came
                 proc.send_signal(signal.SIGINT)
                 await stopped_listening(url)  # the first Ctrl-C is taken
@@ -215,15 +217,11 @@ async def test_a_second_ctrl_c_keeps_a_finished_request_being_recorded(loopback,
         assert proc.stdout is not None and proc.stderr is not None
         url = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode().split()[3]
 
-        def ask(tokens: int) -> dict:
-            return {"model": "m", "max_tokens": tokens, "stream": True,
-                    "messages": [{"role": "user", "content": "hello " * 20}]}
-
         async with aiohttp.ClientSession() as http:
-            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(1))) as r:
+            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(_ask(1))) as r:
                 await r.read()  # finished; its recording waits for /tokenize
             await asyncio.wait_for(asked.wait(), LINE_TIMEOUT_S)
-            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(ask(9))) as r:
+            async with http.post(url + "/v1/chat/completions", data=orjson.dumps(_ask(9))) as r:
                 await r.content.readany()  # in flight: its first piece came
                 proc.send_signal(signal.SIGINT)
                 await stopped_listening(url)  # the first Ctrl-C is taken
