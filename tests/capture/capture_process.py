@@ -55,13 +55,19 @@ async def stopped_listening(url: str) -> None:
             await asyncio.sleep(0.01)
 
 
-@contextlib.asynccontextmanager
-async def capture_process(upstream: str, out: Path, *args: str) -> AsyncIterator[Capture]:
-    proc = await asyncio.create_subprocess_exec(
+async def spawn_capture(upstream: str, out: Path, *args: str) -> asyncio.subprocess.Process:
+    """``workbench capture --upstream UPSTREAM -o OUT ARGS`` as a subprocess, its output
+    piped, SIGINT at its default (so a test can send the Ctrl-C a user would)."""
+    return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "workbench", "capture", "--upstream", upstream, "-o", str(out),
         *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         preexec_fn=default_sigint,
     )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def capture_process(upstream: str, out: Path, *args: str) -> AsyncIterator[Capture]:
+    proc = await spawn_capture(upstream, out, *args)
     cap = Capture(pid=proc.pid)
     try:
         assert proc.stdout is not None

@@ -13,8 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from capture_process import stopped_listening
-from interrupt import default_sigint
+from capture_process import spawn_capture, stopped_listening
 
 from workbench.capture import CaptureProxy, read_capture
 
@@ -25,12 +24,7 @@ LINE_TIMEOUT_S = 60.0
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_cli_captures_and_stops_on_a_signal(sim, tmp_path: Path, sig: int) -> None:
     out = tmp_path / "cap"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workbench", "capture", "--upstream",
-        sim.base_url.replace("http://", f"http://user:{KEY}@"), "-o", str(out),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        preexec_fn=default_sigint,
-    )  # fmt: skip
+    proc = await spawn_capture(sim.base_url.replace("http://", f"http://user:{KEY}@"), out)
     try:
         assert proc.stdout is not None and proc.stderr is not None
         first = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode()
@@ -155,11 +149,7 @@ async def test_a_second_ctrl_c_cuts_the_requests_in_flight_cleanly(loopback, tmp
 
     upstream = await loopback([web.post("/v1/chat/completions", chat)])
     out = tmp_path / "cap"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workbench", "capture", "--upstream", upstream, "-o", str(out),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        preexec_fn=default_sigint,
-    )  # fmt: skip
+    proc = await spawn_capture(upstream, out)
     try:
         assert proc.stdout is not None
         url = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode().split()[3]
@@ -207,11 +197,7 @@ async def test_a_second_ctrl_c_keeps_a_finished_request_being_recorded(loopback,
     upstream = await loopback([web.post("/v1/chat/completions", chat),
                                web.post("/tokenize", tokenize)])
     out = tmp_path / "cap"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workbench", "capture", "--upstream", upstream, "-o", str(out),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        preexec_fn=default_sigint,
-    )  # fmt: skip
+    proc = await spawn_capture(upstream, out)
     lines: list[str] = []
     try:
         assert proc.stdout is not None and proc.stderr is not None
