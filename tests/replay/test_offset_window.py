@@ -13,10 +13,11 @@ import pytest
 from public_data import FIXTURES, needs, public
 
 from workbench.config import RunConfig
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Spawn, Unit, Workload
 from workbench.replay.plan import build_plan
 from workbench.replay.prepare import base_manifest, load_workload
+from workbench.traces._io import BOM_RULE
 from workbench.traces.graph import WINDOW_RULE, window
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +130,32 @@ def test_an_azure_window_is_read_as_a_stream_and_recorded(tmp_path):
     bad = {"trace": {"path": str(path), "max_items": 4, "options": {"window": [0, 1]}}}
     with pytest.raises(ConfigError, match="trace option 'window' is no reader option"):
         load_workload(RunConfig.from_dict(bad))
+
+
+_WEEK = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+    f"2024-05-12 00:00:{i:02d}.000000+00:00,{100 + i},5" for i in range(40)]
+_BARE_CR = ("lines end in a bare CR (classic Mac OS line endings): traces take LF or CRLF "
+            "(convert: tr '\\r' '\\n' < FILE)")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize(("body", "line", "rule"), [
+    ("\r".join(_WEEK).encode() + b"\r", 1, _BARE_CR),
+    ("\n".join(_WEEK[:5]).encode() + b"\n\x00" + "\n".join(_WEEK[5:]).encode(), 6,
+     "binary data (NUL byte): not a text trace"),
+    ("\n".join(_WEEK[:8]).encode() + b"\n\xef\xbb\xbf" + "\n".join(_WEEK).encode(), 9, BOM_RULE),
+], ids=["bare-cr", "nul", "joined-bom"])
+def test_a_streamed_window_names_what_the_whole_read_names(tmp_path, gz, body, line, rule):
+    """A window read as a stream checks its head by the whole-file rules (``bytes_rule``):
+    a bare-CR file was one long row, read without a word (docs/trace-bounds.md)."""
+    import gzip
+
+    path = tmp_path / ("week.csv.gz" if gz else "week.csv")
+    path.write_bytes(gzip.compress(body) if gz else body)
+    errors = []
+    for trace in ({"max_items": 4}, {}):  # the window streamed, and the whole file read
+        cfg = RunConfig.from_dict({"trace": {"path": str(path), "format": "azure", **trace}})
+        with pytest.raises(TraceFormatError) as exc:
+            load_workload(cfg)
+        errors.append((exc.value.line, exc.value.rule))
+    assert errors == [(line, rule), (line, rule)]

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import stat
+import types
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -286,6 +287,13 @@ def read_csv(
     return header, line, _csv_rows(path, reader, header, line)
 
 
+#: the head of a streamed file checked by the whole-file rules (``bytes_rule``) before its
+#: first row: a bare-CR file, a NUL byte or a joined file's BOM named as a whole read names
+#: them, not read as one long row
+STREAM_HEAD_BYTES = 1 << 16
+_FIRST_LINE = types.SimpleNamespace(line_num=0)  # ``_read_errors``' line of the head: 1
+
+
 def stream_csv(
     path: Path, required: tuple[str, ...], fmt: str
 ) -> tuple[list[str], int, Iterator[tuple[int, list[str]]]]:
@@ -295,20 +303,22 @@ def stream_csv(
     are ``(line, fields)`` in the header's order (no dict: a window may sit past millions
     of rows). The file is opened as ``open_trace`` opens it (a regular file; gzip
     inflated as read)."""
-    raw = os.fdopen(_open_regular(path)[0], "rb")
+    raw = io.BufferedReader(io.FileIO(_open_regular(path)[0], "r"), STREAM_HEAD_BYTES)
+    binary: io.BufferedReader[Any] = raw
     try:
-        head = raw.peek(8)[:8]
-    except OSError as exc:
-        raw.close()
-        raise TraceFormatError(path, 0, f"cannot read file: {exc.strerror or exc}") from None
-    if (rule := not_text_rule(head)) is not None and not head.startswith(GZIP_MAGIC):
-        raw.close()
-        raise TraceFormatError(path, 1, rule)
-    binary: BinaryIO = raw
-    if head.startswith(GZIP_MAGIC):
-        import gzip
+        with _read_errors(path, _FIRST_LINE):
+            if raw.peek(8)[:8].startswith(GZIP_MAGIC):
+                import gzip
 
-        binary = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+                binary = io.BufferedReader(gzip.GzipFile(fileobj=raw), STREAM_HEAD_BYTES)
+            # the whole-file read's rules (``bytes_rule``) on the head: a stream is never held
+            head = binary.peek(STREAM_HEAD_BYTES)[:STREAM_HEAD_BYTES]
+    except BaseException:
+        binary.close()
+        raise
+    if (found := bytes_rule(head)) is not None:
+        binary.close()
+        raise TraceFormatError(path, *found)
     # bytes that are no UTF-8 kept as surrogates, refused at their row's line (a decoder
     # error comes a buffer ahead, at no line)
     text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="surrogateescape",
