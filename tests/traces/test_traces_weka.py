@@ -567,3 +567,22 @@ def test_a_folders_hidden_files_are_not_read(tmp_path: Path) -> None:
     (folder / ".b.json").write_text(json.dumps(conv("b", [req(0.0, 64, 1, [1])])))
     assert [u.unit_id for u in load_trace(folder).units] == ["a"]
     assert source_sha256(folder) == sha
+
+
+def test_a_folders_identity_is_the_files_its_reader_reads(tmp_path: Path) -> None:
+    """A README or notes beside a folder's trace files are not read, so they do not change
+    the trace's recorded sha256 (they did); a trace file does, and the run records the
+    same identity as ``source_sha256`` gives with the format named."""
+    from workbench.executors.virtual import simulate
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(conv("a", [req(0.0, 64, 1, [1])])))
+    sha = source_sha256(folder)
+    (folder / "README.md").write_text("# captured on the 3rd\n")
+    (folder / "notes.txt").write_text("n\n")
+    assert source_sha256(folder) == source_sha256(folder, "weka") == sha
+    res = simulate({"trace": {"path": str(folder)}, "arrival": {"mode": "saturated"}})
+    assert res.manifest.trace["sha256"] == sha
+    (folder / "b.jsonl").write_text(json.dumps(conv("b", [req(0.0, 64, 1, [1])])) + "\n")
+    assert source_sha256(folder) != sha

@@ -105,7 +105,7 @@ def trace_sha256(workload: Workload) -> str | None:
     """The trace file's sha256; a synthetic workload's is its description's."""
     if "generator" in workload.meta:
         return hashlib.sha256(workload.source.encode()).hexdigest()
-    return source_sha256(workload.source) if workload.source else None
+    return source_sha256(workload.source, workload.fmt) if workload.source else None
 
 
 def base_manifest(cfg: RunConfig, workload: Workload, plan: Plan, run_id: str) -> RunManifest:

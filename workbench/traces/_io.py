@@ -67,6 +67,14 @@ def _open_regular(path: Path) -> tuple[int, os.stat_result]:
     return fd, st
 
 
+def folder_files(path: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
+    """The files of a folder read as one trace, by name: regular, not hidden (an editor's
+    or a sync tool's ``.x.json``), ending in one of ``suffixes`` (any name when empty).
+    One list for detection, the readers and the trace's identity (``load.source_sha256``)."""
+    return sorted(p for p in path.iterdir() if p.name.endswith(suffixes or "") and p.is_file()
+                  and not p.name.startswith("."))
+
+
 def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) -> bytes:
     """The first ``limit`` bytes of a regular file (all of it when None, refused past
     ``bounds.MAX_TRACE_BYTES``); a gzip file's content when ``inflate`` (a trace; a

@@ -25,6 +25,7 @@ from workbench.traces._io import (
     OTHER_SEPARATORS,
     bytes_rule,
     check_options,
+    folder_files,
     open_trace,
     separator_rule,
 )
@@ -82,9 +83,8 @@ def detect_format(path: str | Path) -> str:
 
 def _detect_folder(path: Path) -> str:
     folder_formats = [n for n in FORMATS.names() if FORMATS.get(n).folders]
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     for name in folder_formats:
-        own = [p for p in files if p.name.endswith(FORMATS.get(name).folders)]
+        own = folder_files(path, FORMATS.get(name).folders)
         if not own:
             continue
         lines = head_lines(own[0])
@@ -98,7 +98,8 @@ def _detect_folder(path: Path) -> str:
     readers = ", ".join(folder_formats)
     raise TraceFormatError(
         path, 0, f"not a regular file: a directory; a folder is read as one trace only by "
-        f"{readers}, and none of its {len(files)} files is one (name a file, or the format)")
+        f"{readers}, and none of its {len(folder_files(path))} files is one (name a file, "
+        "or the format)")
 
 
 def _refuse_other_separator(path: Path, first: str) -> None:
@@ -199,14 +200,17 @@ def _check_window(window: Any) -> None:
                           "no reader option: trace.offset and trace.max_items give it)")
 
 
-def source_sha256(path: str | Path) -> str:
+def source_sha256(path: str | Path, fmt: str = "auto") -> str:
     """A trace's identity: its file's sha256, or for a folder read as one trace, the
-    sha256 over its files' names, sizes and bytes in name order (hidden files left out)."""
+    sha256 over the names, sizes and bytes, in name order, of the files its reader reads
+    (``fmt``'s, detected when "auto": ``_io.folder_files``), so a README or a hidden file
+    beside them changes nothing and a trace file changes it."""
     path = Path(path)
     if not path.is_dir():
         return file_sha256(path)
+    name = detect_format(path) if fmt == "auto" else FORMATS.canonical(fmt, "trace.format")
     h = hashlib.sha256()
-    for f in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
+    for f in folder_files(path, FORMATS.get(name).folders):
         h.update(f"{f.name}\0{f.stat().st_size}\0{file_sha256(f)}\0".encode())
     return h.hexdigest()
 

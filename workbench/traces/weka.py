@@ -22,7 +22,7 @@ import orjson
 from workbench.errors import ConfigError, TraceFormatError
 from workbench.records import Round, Spawn, SpawnTrigger, Unit, Workload
 from workbench.traces import bounds
-from workbench.traces._io import read_text
+from workbench.traces._io import folder_files, read_text
 from workbench.traces.formats import register_format
 from workbench.traces.json_io import (
     array_element_lines,
@@ -128,11 +128,10 @@ def _options(out: dict[str, Any]) -> dict[str, Any]:
 
 def trace_files(path: Path) -> list[Path]:
     """The files a path stands for: itself, or a folder's ``*.json``/``*.jsonl`` by name,
-    hidden ones left out (as detection and ``load.source_sha256`` leave them out)."""
+    hidden ones left out (``_io.folder_files``: as detection and the trace's sha256)."""
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.name.endswith(SUFFIXES) and p.is_file()
-                   and not p.name.startswith("."))
+    files = folder_files(path, SUFFIXES)
     if not files:
         raise TraceFormatError(path, 0, f"folder has no {', '.join(SUFFIXES)} files")
     return files
