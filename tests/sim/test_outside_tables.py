@@ -5,6 +5,7 @@ the other, its medians held to the figures docs/hardware.md states."""
 
 import dataclasses
 import json
+from statistics import linear_regression
 
 import pytest
 
@@ -18,6 +19,11 @@ from workbench.sim.presets.tables import OUTSIDE_DIR, load_tables
 TABLES = {t.name: t for t in load_tables(OUTSIDE_DIR)}
 SGLANG = "gpustack_qwen3-32b_h100-a100-bf16-tp1_sglang-0.5.5-sharegpt-burst"
 VLLM = "gpustack_qwen3-32b_h100-a100-bf16-tp1_vllm-0.11.0-sharegpt-burst"
+#: Llama 3 70B at batch 1 on 1-8 x MI300X (vLLM 0.6.1, FP16): the kept TP8 batch-1 MI300X
+#: measurement of a 70B model (issue 41's must-show; docs/hardware.md "TP8 at batch 1")
+ARGONNE = "argonne-llm-inference-bench_llama-3-70b_mi300x-fp16-tp1-8_vllm-0.6.1-latency"
+#: the same harness, model, lengths and batch on 4 x H100: the control for its miss
+ARGONNE_H100 = "argonne-llm-inference-bench_llama-3-70b_4xh100-fp16-tp4_vllm-latency"
 #: Qwen3-32B's max_position_embeddings (the same pages serve it with --max_seq_len=40960)
 MAX_MODEL_LEN = 40960
 
@@ -28,6 +34,11 @@ BOUNDS: dict[tuple[str, str], dict[str, float]] = {
     (SGLANG, "vllm-serve"): {"ttft": 0.50, "itl": 0.31, "throughput": 1.01},
     (VLLM, "vllm-serve"): {"ttft": 0.31, "itl": 0.29, "throughput": 0.52},
     (VLLM, "sglang"): {"ttft": 0.14, "itl": 0.60, "throughput": 0.18},
+    # one request at a time: both schedulers run it alike
+    (ARGONNE, "vllm"): {"latency": 0.47},
+    (ARGONNE, "sglang"): {"latency": 0.47},
+    (ARGONNE_H100, "vllm"): {"latency": 0.07},
+    (ARGONNE_H100, "sglang"): {"latency": 0.07},
 }
 _ROWS: dict[tuple[str, str], list[fit.RowError]] = {}
 
@@ -44,7 +55,7 @@ def rows(name: str, scheduler: str) -> list[fit.RowError]:
 def test_the_outside_tables_are_never_seen_by_the_fit() -> None:
     record = json.loads(presets.FACTORS_FILE.read_text(encoding="utf-8"))
     fitted = {t.name for t in fit.load_tables()}
-    assert set(TABLES) == {SGLANG, VLLM}
+    assert set(TABLES) == {SGLANG, VLLM, ARGONNE, ARGONNE_H100}
     for name, table in TABLES.items():
         assert table.meta["source"].startswith("https://") and table.meta.get("read")
         assert table.meta["role"].startswith("outside") and table.kind == "burst"
@@ -52,6 +63,7 @@ def test_the_outside_tables_are_never_seen_by_the_fit() -> None:
         assert name not in record["fitted_on"] + record["never_fitted"]
     assert TABLES[SGLANG].meta["scheduler"] == "sglang"
     assert TABLES[VLLM].meta["scheduler"] == "vllm-serve"
+    assert TABLES[ARGONNE].meta["scheduler"] == TABLES[ARGONNE_H100].meta["scheduler"] == "vllm"
 
 
 @pytest.mark.parametrize(("name", "scheduler"), sorted(BOUNDS))
@@ -128,3 +140,71 @@ def test_the_lab_h100_prefill_bound_run_gained_half_what_the_model_gives() -> No
     assert simulated["h100"] / simulated["a100"] == pytest.approx(3.21, abs=0.005)
     assert published["h100"] / simulated["h100"] == pytest.approx(0.38, abs=0.005)
     assert published["a100"] / simulated["a100"] == pytest.approx(0.80, abs=0.005)
+
+
+def _argonne_per_token(name: str = ARGONNE) -> dict[int, dict[int, tuple[float, float]]]:
+    """Argonne's batch-1 rows as ms a token (the batch's latency over its output tokens,
+    the prefill included: under 1 % of it at 2,048 tokens), published and simulated
+    (the shipped factors, ``vllm`` scheduling): tensor parallelism -> length -> pair."""
+    out: dict[int, dict[int, tuple[float, float]]] = {}
+    for r in rows(name, "vllm"):
+        tp, osl = presets.parse(r.preset)[2], int(r.key.split("/")[1])
+        out.setdefault(tp, {})[osl] = (r.published / osl, r.simulated / osl)
+    return out
+
+
+def test_tp8_batch1_on_mi300x_against_the_kept_70b_measurement() -> None:
+    """Issue 41's must-show on MI300X, against the one 70B TP8 batch-1 measurement kept
+    (Llama 3 70B FP16 on 8 x MI300X, vLLM 0.6.1, 128-2,048 in and out): the model gives
+    11.3 ms a token where that build took 20.3-25.4 ms, -44 to -55 % at every length --
+    the 15 % goal is not met, and this holds the documented miss (docs/hardware.md,
+    "TP8 at batch 1": the cause is the next test's)."""
+    tp8 = _argonne_per_token()[8]
+    assert sorted(tp8) == [128, 256, 512, 1024, 2048]
+    for osl, (published, simulated) in tp8.items():
+        print(f"  tp8 {osl:5}/{osl:<5} published {published:6.2f} ms a token, "
+              f"simulated {simulated:6.2f} ({simulated / published - 1:+.1%})")
+        assert simulated == pytest.approx(11.3, abs=0.1)
+        assert -0.56 <= simulated / published - 1 <= -0.44
+    assert tp8[2048][0] == pytest.approx(21.91, abs=0.01)
+
+
+def test_the_argonne_build_paid_a_fixed_step_the_presets_do_not() -> None:
+    """Why the MI300X 70B rows miss: at 2,048 / 2,048 the published ms a token at TP 1,
+    2, 4 and 8 lie on a line in the weights each GPU reads (141.1 GB / TP) whose slope is
+    3.84 TB/s (72 % of the HBM's 5.3; the preset's ``mbu`` 0.8 gives 4.24) and whose
+    intercept is 17.8 ms a step -- paid at TP 1 too, where there is no all-reduce. The
+    preset's fixed time and all-reduces at TP 8 are 7.1 ms: the gap is a per-step cost
+    of that 2024 ROCm build (~0.22 ms a layer), not the weights' read or the fabric
+    (docs/hardware.md, "TP8 at batch 1")."""
+    at = _argonne_per_token()
+    tps = (1, 2, 4, 8)
+    gb = [presets.resolve(f"llama-3.1-70b/mi300x/tp{tp}").weight_read_bytes(1) / 1e9
+          for tp in tps]
+    slope, intercept = linear_regression(gb, [at[tp][2048][0] for tp in tps])
+    print(f"\npublished: {1 / slope:.2f} TB/s, fixed {intercept:.1f} ms a step")
+    assert gb[0] == pytest.approx(141.1, abs=0.05)
+    assert 1 / slope == pytest.approx(3.84, abs=0.02)
+    assert intercept == pytest.approx(17.8, abs=0.1)
+    p = presets.resolve("llama-3.1-70b/mi300x/tp8")
+    f = p.factors
+    fixed = (f.step_overhead_ms + p.model.layers * f.layer_us * 1e-3 + f.seq_us * 1e-3
+             + p.allreduce_s(1) * 1e3)
+    assert fixed == pytest.approx(7.11, abs=0.01) and fixed < intercept / 2
+
+
+def test_the_same_harness_on_h100_is_where_the_model_says() -> None:
+    """The control: Argonne's harness, model, lengths and batch on 4 x H100 (vLLM of
+    2024) are within +5.7 to +6.7 % of the model at every length, where the MI300X TP4
+    row misses by -42.7 %. Published, the MI300X at TP4 took 27.2 ms a token against the
+    H100's 19.2 with 1.58 times its HBM bandwidth; simulated it takes 15.5 against 20.4
+    (docs/hardware.md, "TP8 at batch 1")."""
+    h100, mi300x = _argonne_per_token(ARGONNE_H100)[4], _argonne_per_token()[4][2048]
+    assert sorted(h100) == [128, 256, 512, 1024, 2048]
+    for published, simulated in h100.values():
+        assert 0.05 <= simulated / published - 1 <= 0.07
+    assert mi300x[0] / h100[2048][0] == pytest.approx(1.416, abs=0.005)
+    assert mi300x[1] / h100[2048][1] == pytest.approx(0.762, abs=0.005)
+    hbm = {gpu: presets.resolve(f"llama-3.1-70b/{gpu}/tp4").gpu.bandwidth_gbps
+           for gpu in ("h100", "mi300x")}
+    assert hbm["mi300x"] / hbm["h100"] == pytest.approx(1.58, abs=0.005)
