@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from workbench import redact
+from workbench import heap, redact
 from workbench.capture.blocks import Salt
 from workbench.capture.previous import Answers, Blocks, Earlier
 from workbench.capture.prompt_blocks import PromptJob, prompt_blocks, worker_pool, worker_ready
@@ -140,6 +140,7 @@ class CaptureProxy:
         from aiohttp import web
 
         self.out_dir.mkdir(parents=True, exist_ok=True)  # the user's folder (a link is theirs)
+        heap.reads_from_heap()  # a streamed answer's reads not mapped one by one
         remove_stale(self.out_dir, self.prefix)
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
