@@ -13,7 +13,8 @@ it relays and records one streamed chat answer of N events at a time from
 event every ITL ms), the client on the same loop reading raw bytes; the ticker as above,
 from the request's sending to its record's end: per stream the ticks' max and p99 lag, the
 process's CPU (proxy, client, ticker: ``time.process_time``), and the ``out`` recorded (the
-same in every tree). Run two trees at once, one per core, for a
+same in every tree); ``--uvloop``: on uvloop's loop, as ``workbench capture`` runs when it is
+installed. Run two trees at once, one per core, for a
 before/after ratio (bench/README.md, "capture proxy").
 
     .venv/bin/python bench/bench_capture_loop.py [--reps 2]
@@ -206,6 +207,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--stream-events", type=int, default=0, metavar="N")
     ap.add_argument("--itl-ms", type=float, default=0.0)
+    ap.add_argument("--uvloop", action="store_true",
+                    help="--stream-events on uvloop's loop (workbench capture's, installed)")
     ap.add_argument("--starts", action="store_true",
                     help="time a capture's start instead (--reps captures)")
     args = ap.parse_args()
@@ -213,7 +216,14 @@ def main() -> None:
         asyncio.run(_starts(args.reps))
         return
     if args.stream_events:
-        asyncio.run(_streams(args.stream_events, args.reps, args.itl_ms))
+        streams = _streams(args.stream_events, args.reps, args.itl_ms)
+        if not args.uvloop:  # no other import: what it frees moves glibc's mmap threshold
+            asyncio.run(streams)
+            return
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(streams)
         return
     job = _job()
     for _ in range(args.reps):

@@ -1,5 +1,7 @@
-"""Give freed heap memory back to the OS during long runs (glibc only; elsewhere no-ops):
-docs/design-notes.md, "Memory of long runs".
+"""glibc's heap, set for a process's way of allocating (glibc only; elsewhere no-ops):
+freed memory given back to the OS during long runs (docs/design-notes.md, "Memory of long
+runs"); a socket read's buffer taken from the heap, not mapped for each read
+(docs/capture.md, "The relay").
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from typing import Any
 TRIM_EVERY = 5_000  # finished requests between two malloc_trim calls
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 MMAP_THRESHOLD_BYTES = 64 * 1024
+#: what asyncio's socket transport asks ``recv`` for at each read (its ``max_size``): a
+#: bytes object that large is allocated, then shrunk to the bytes that came
+READ_BYTES = 256 * 1024
 
 
 @functools.cache
@@ -38,3 +43,14 @@ def trim() -> None:
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+def reads_from_heap() -> None:
+    """Raise glibc's mmap threshold above a socket read's buffer (``READ_BYTES``), as the
+    first large block freed would: below it, each read mapped its 256 KiB, shrank and
+    unmapped it (three system calls and page faults a read: docs/capture.md, "The
+    relay"). glibc raises its threshold to the size of a mapped block once it is freed
+    (up to 32 MiB), so one block of 1 MiB freed here does it, and only raises it; nothing
+    where the threshold is fixed (``prepare``) or higher already, nor without glibc."""
+    block = bytearray(4 * READ_BYTES)
+    del block

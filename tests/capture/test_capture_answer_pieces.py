@@ -1,15 +1,21 @@
 """A streamed answer is read as its pieces are relayed (``AnswerReader``), so the relay's
 end costs the proxy's loop only the last event: the facts are those of the whole answer
-read at once (``response_facts``), however the stream is cut into pieces
-(docs/capture.md, "The relay")."""
+read at once (``response_facts``), however the stream is cut into pieces, and however the
+proxy gathers its relayed pieces into batches for the reader (docs/capture.md, "The relay")."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
+from aiohttp import web
+from waiting import BOUND_S, POLL_S
 
+from workbench.capture import CaptureProxy, read_capture
 from workbench.capture.protocols import (
     CHAT,
     COMPLETIONS,
@@ -19,6 +25,7 @@ from workbench.capture.protocols import (
     AnswerReader,
     response_facts,
 )
+from workbench.capture.proxy import READ_BATCH_BYTES
 
 
 def _sse(docs: list[object], *, event: bool = False, crlf: bool = False) -> bytes:
@@ -106,3 +113,50 @@ def test_an_answer_not_of_its_shape_raises_at_its_end_as_a_whole_one_does() -> N
     with pytest.raises(SHAPE_ERRORS) as pieces:
         reader.close()
     assert type(pieces.value) is type(whole.value)
+
+
+async def test_a_stream_of_many_batches_is_recorded_as_read_whole(loopback, tmp_path: Path
+                                                                  ) -> None:
+    """A stream several read batches long, in pieces that cut its events anywhere, each
+    written once the agent got the one before (so the proxy reads them one by one and its
+    last batch is a part, not a whole): the agent gets the bytes unchanged, and the
+    record's ``out`` (no usage: its events counted) is the whole answer's. A batch lost,
+    read twice or cut wrong would count other events."""
+    raw = _sse([*(_chunk(f"w{k} ") for k in range(1_500)),
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]) + \
+        b"data: [DONE]\n\n"
+    pieces = _pieces(raw, random.Random(7), 777)
+    whole = response_facts(CHAT, True, raw)
+    assert len(raw) > 4 * READ_BATCH_BYTES and whole.output_events == 1_500
+    assert len(pieces[-1]) < READ_BATCH_BYTES  # the last batch's end: read at the relay's
+    got = bytearray()
+    progress = asyncio.Condition()
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        end = 0
+        for piece in pieces:
+            await resp.write(piece)
+            end += len(piece)
+            async with progress:
+                await progress.wait_for(lambda end=end: len(got) >= end)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    upstream = await loopback(app)
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with CaptureProxy(upstream, tmp_path, tokenizer="word") as proxy, \
+            aiohttp.ClientSession() as http:  # fmt: skip
+        async with http.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+            async for chunk in resp.content.iter_any():
+                got.extend(chunk)
+                async with progress:
+                    progress.notify_all()
+        assert bytes(got) == raw
+        async with asyncio.timeout(BOUND_S):
+            while proxy.captured < 1:
+                await asyncio.sleep(POLL_S)
+    ((request,),) = [d["requests"] for d in read_capture(tmp_path)]
+    assert request["out"] == 1_500

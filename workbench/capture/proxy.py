@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from workbench import redact
+from workbench import heap, redact
 from workbench.capture.blocks import Salt
 from workbench.capture.previous import Answers, Blocks, Earlier
 from workbench.capture.prompt_blocks import PromptJob, prompt_blocks, worker_pool, worker_ready
@@ -61,6 +61,10 @@ HOP_BY_HOP = frozenset({
 MAX_BODY_BYTES = 64 * 2**20
 #: a captured response's bytes kept for its counts; a longer one is relayed, not recorded
 MAX_KEPT_BYTES = 64 * 2**20
+#: a streamed answer's relayed pieces read together once this many bytes were relayed
+#: (~100 chat events, ~0.2 ms): one call a piece cost the proxy 5-15 % more CPU a stream
+#: (docs/capture.md, "The relay")
+READ_BATCH_BYTES = 16 * 1024
 #: how long leaving the context waits for requests in flight and files to be written (s)
 STOP_TIMEOUT_S = 10.0
 #: the most tokens (prompt + output) a recorded request may have: what every trace
@@ -140,6 +144,7 @@ class CaptureProxy:
         from aiohttp import web
 
         self.out_dir.mkdir(parents=True, exist_ok=True)  # the user's folder (a link is theirs)
+        heap.reads_from_heap()  # a streamed answer's reads not mapped one by one
         remove_stale(self.out_dir, self.prefix)
         self.sessions.number_after(_highest_number(self.out_dir, self.prefix))
         if self.salt_file is not None:
@@ -279,16 +284,19 @@ class CaptureProxy:
                 reader = self._readers.pop(xid, None) if keep else None
                 if encoding not in ("", "identity"):
                     reader = None
+                unread = 0  # the bytes of ``pieces`` (the reader's: not read yet)
                 async for piece in up.content.iter_any():
                     await resp.write(piece)
                     if keep:
                         kept += len(piece)
                         if kept > MAX_KEPT_BYTES:
                             continue
-                        if reader is not None:
-                            reader.feed(piece)  # after the agent got it
-                        else:
-                            pieces.append(piece)
+                        pieces.append(piece)
+                        unread += len(piece)
+                        if reader is not None and unread >= READ_BATCH_BYTES:
+                            reader.feed(b"".join(pieces))  # after the agent got them
+                            pieces.clear()
+                            unread = 0
                 await resp.write_eof()
                 done = keep and kept <= MAX_KEPT_BYTES
                 why = "an error status" if not keep else "an answer over 64 MiB"
@@ -313,8 +321,11 @@ class CaptureProxy:
             if captured:
                 self._readers.pop(xid, None)
                 body: bytes | AnswerReader | None = None
-                if done:
-                    body = reader or _decoded(b"".join(pieces), encoding)
+                if done and reader is not None:
+                    reader.feed(b"".join(pieces))  # the last batch
+                    body = reader
+                elif done:
+                    body = _decoded(b"".join(pieces), encoding)
                     if body is None:
                         why = "an answer compressed unreadably"
                 loop.call_soon(self._finish, xid, ended, body, why, headers)
