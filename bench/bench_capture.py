@@ -64,7 +64,7 @@ async def agent(http: aiohttp.ClientSession, url: str, index: int, requests: int
             session = f"bench-{index}-{n}"
             messages = [{"role": "system", "content": f"{session} {system}"},
                         {"role": "user", "content": "fix the bug"}]
-        body = orjson.dumps({"model": "m", "messages": messages, "max_tokens": 32,
+        body = orjson.dumps({"model": "workbench-sim", "messages": messages, "max_tokens": 32,
                              "stream": True, "stream_options": {"include_usage": True}})
         headers = {"X-Session-ID": session, "Content-Type": "application/json",
                    "Authorization": "Bearer sk-bench-not-a-key"}

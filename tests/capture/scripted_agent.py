@@ -66,7 +66,7 @@ class Script:
 
     async def _post(self, http: aiohttp.ClientSession, url: str, session: str, agent: str,
                     rnd: int, messages: list[dict[str, Any]], stream: bool) -> str:
-        body: dict[str, Any] = {"model": "capture-test-model", "messages": messages,
+        body: dict[str, Any] = {"model": "workbench-sim", "messages": messages,
                                 "max_tokens": self.max_tokens, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}

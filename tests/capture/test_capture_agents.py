@@ -55,7 +55,7 @@ async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None
 
     for doc in docs:
         assert doc["block_size"] == 64 and doc["hash_id_scope"] == "local"
-        assert doc["models"] == ["capture-test-model"]
+        assert doc["models"] == ["workbench-sim"]
         first = _flat(doc["requests"])[0]
         assert first["t"] == 0.0 and first["think_time"] == 0.0
     # which file is which session: alpha's has the sub-agent, beta's does not stream
@@ -79,7 +79,7 @@ async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None
         for k, (req, row) in enumerate(zip(mains, rows, strict=True)):
             assert req["in"] == row.prompt_tokens and req["out"] == row.completion_tokens
             assert req["type"] == ("s" if row.stream else "n")
-            assert req["model"] == "capture-test-model"
+            assert req["model"] == "workbench-sim"
             assert req["stop"] == "max_tokens"  # the engine's output is pinned: "length"
             assert req["output_types"] == ["text"]
             assert req["input_types"] == (["text"] if k == 0 else ["tool_result"])
@@ -111,7 +111,7 @@ async def test_scripted_agents_through_the_proxy(tmp_path: Path, caplog) -> None
     marker = markers[0]
     subs = sorted((s for s in sent if s.agent == "sub"), key=lambda s: s.round)
     assert marker["agent_id"] == "agent_001" and marker["status"] == "completed"
-    assert marker["models"] == ["capture-test-model"]
+    assert marker["models"] == ["workbench-sim"]
     alpha_mains = _flat(alpha["requests"])
     lo, hi = arrival_gap_bounds(alpha_rows[1], subs[0])
     assert lo <= marker["t"] - alpha_mains[1]["t"] <= hi

@@ -32,7 +32,7 @@ async def test_cli_captures_and_stops_on_a_signal(sim, tmp_path: Path, sig: int)
         url = first.split()[3]
         second = (await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT_S)).decode()
         assert str(out.resolve()) in second
-        body = {"model": "m", "max_tokens": 5, "stream": True,
+        body = {"model": "workbench-sim", "max_tokens": 5, "stream": True,
                 "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": "hello " * 100}]}
         async with aiohttp.ClientSession() as http, http.post(
@@ -86,7 +86,7 @@ async def test_parent_header_names_the_sub_agent(sim, tmp_path: Path) -> None:
             headers = {"X-Session-ID": session}
             if parent:
                 headers["X-Parent-Session-ID"] = parent
-            body = {"model": "m", "max_tokens": 3,
+            body = {"model": "workbench-sim", "max_tokens": 3,
                     "messages": [{"role": "user", "content": text + " x" * 70}]}
             async with http.post(proxy.url + "/v1/chat/completions", json=body,
                                  headers=headers) as resp:

@@ -19,10 +19,10 @@ from workbench.sim.server import serve_sim
 KEY = "sk-relaytest-0123456789abcdef"
 CREATED = re.compile(rb'"created":(\d+)')
 
-CHAT = {"model": "m", "max_tokens": 9,
+CHAT = {"model": "workbench-sim", "max_tokens": 9,
         "messages": [{"role": "system", "content": "be brief " * 40},
                      {"role": "user", "content": "list the files please"}]}
-COMPLETIONS = {"model": "m", "max_tokens": 7, "prompt": "once upon a time " * 30}
+COMPLETIONS = {"model": "workbench-sim", "max_tokens": 7, "prompt": "once upon a time " * 30}
 
 
 async def _post(http: aiohttp.ClientSession, url: str, path: str, body: dict,
@@ -78,7 +78,7 @@ async def test_other_paths_pass_through(sim, tmp_path: Path) -> None:
             assert got[0] == got[1], path
         # an error answer of a captured path is relayed and not recorded
         status, raw, _ = await _post(http, proxy.url, "/v1/chat/completions",
-                                     {"model": "m", "messages": []}, "bad")
+                                     {"model": "workbench-sim", "messages": []}, "bad")
         assert status == 400 and b"messages" in raw
     assert proxy.captured == 0 and not list(tmp_path.glob("*.json"))
 

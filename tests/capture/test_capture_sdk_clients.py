@@ -1,7 +1,8 @@
 """The official SDKs through the capture proxy, in front of the embedded engine (which
-speaks chat, completions and Anthropic's Messages): what each SDK sends, streamed and
-whole, is recorded with the counts the engine itself served (``/debug/requests``), and
-each SDK gets its answer parsed as it would from the engine directly (docs/capture.md)."""
+speaks chat, completions, the Responses API and Anthropic's Messages): what each SDK
+sends, streamed and whole, is recorded with the counts the engine itself served
+(``/debug/requests``), and each SDK gets its answer parsed as it would from the engine
+directly (docs/capture.md)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ async def test_sdk_rounds_are_recorded_with_the_engines_counts(tmp_path: Path) -
         text = await oa.completions.create(model=MODEL, prompt="def main():", max_tokens=3,
                                            stream=True, stream_options={"include_usage": True})
         assert [c.usage.completion_tokens async for c in text if c.usage] == [3]
+        # the Responses API (the engine serves it as vLLM does), whole and streamed
+        said = await oa.responses.create(model=MODEL, instructions="be terse " * 20,
+                                         input="what changed", max_output_tokens=4)
+        assert said.status == "incomplete" and len(said.output_text.split()) == 4
+        events = await oa.responses.create(
+            model=MODEL, instructions="be terse " * 20, max_output_tokens=6, stream=True,
+            input=[{"role": "user", "content": "what changed"},
+                   {"role": "assistant", "content": said.output_text},
+                   {"role": "user", "content": "and why"}])
+        done = [e.response async for e in events if e.type == "response.completed"]
+        assert len(done) == 1 and done[0].usage is not None
+        assert done[0].usage.input_tokens_details.cached_tokens > 0
         await oa.close()
         an = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="sk-ant-secret",
                                       max_retries=0)
@@ -51,7 +64,7 @@ async def test_sdk_rounds_are_recorded_with_the_engines_counts(tmp_path: Path) -
     assert first.stop_reason == second.stop_reason == "max_tokens"
     served = {r["prompt_tokens"]: r for r in sim.debug_requests()}
     rounds = [r for doc in read_capture(tmp_path) for r in doc["requests"]]
-    assert len(rounds) == len(served) == 5
+    assert len(rounds) == len(served) == 7
     for r in rounds:  # the proxy's in/out are the engine's own counts, however they came
         truth = served[r["in"]]
         assert r["out"] == truth["completion_tokens"]

@@ -165,7 +165,7 @@ async def test_a_busy_engine_is_retried_then_reported_refused() -> None:
     # a long output: once its first token is out, the request runs (holding blocks) for
     # far longer than the test; closing the response aborts it
     async with serve_sim() as sim, aiohttp.ClientSession() as s:
-        body = {"model": "sim", "prompt": [5] * 64, "max_tokens": 100_000, "stream": True}
+        body = {"model": "workbench-sim", "prompt": [5] * 64, "max_tokens": 100_000, "stream": True}
         resp = await s.post(sim.base_url + "/v1/completions", json=body)
         try:
             await resp.content.readline()  # the request is running: it holds blocks

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from workbench.backends.base import BackendError
 from workbench.backends.served import listed_models, served_context
 from workbench.errors import ConfigError
 from workbench.executors.dispatch import run_async
@@ -94,11 +95,14 @@ def test_listed_models() -> None:
 async def test_a_model_the_server_does_not_list_is_warned_of(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """llama.cpp answers under any model name; the run says the name is not the server's."""
+    """The run says the name is not the server's before anything is sent: llama.cpp
+    answers under any name; vLLM, and the embedded engine as it, refuse it with a 404,
+    which stops the preflight."""
     async with serve_sim(zero_cost=True, max_model_len=LIMIT * 4) as sim:
-        result = await _replay(sim.base_url, tmp_path,
-                               backend={"name": "openai", "options": {"model": "tiny-lama"}})
-    assert [r.status for r in result.records].count("ok") == 5
+        with pytest.raises(BackendError, match=r"HTTP 404.*The model `tiny-lama` does not "
+                           r"exist\. Valid aliases: workbench-sim\."):
+            await _replay(sim.base_url, tmp_path,
+                          backend={"name": "openai", "options": {"model": "tiny-lama"}})
     said = [r.getMessage() for r in caplog.records if "is not among" in r.getMessage()]
     assert said == ["--model 'tiny-lama' is not among the models the server lists "
                     "(workbench-sim): a server that serves one model may answer under any "

@@ -5,11 +5,15 @@ is a call an SDK user makes, and the SDK must parse the answer without raising."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anthropic
 import openai
 import pytest
 
+from workbench.sim.process import serve_sim_process
 from workbench.sim.server import serve_sim
 
 MODEL = "workbench-sim"
@@ -17,16 +21,23 @@ USER = {"role": "user", "content": "hello there how are you"}
 TIMEOUT = 30
 
 
-@pytest.fixture
-async def sdk():
-    """``(client, sim)``: an ``AsyncOpenAI`` on the embedded engine (zero cost), no retries."""
-    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True) as sim:
+@asynccontextmanager
+async def _openai_on_sim(**knobs: Any) -> AsyncIterator[tuple[openai.AsyncOpenAI, Any]]:
+    """``(client, sim)``: an ``AsyncOpenAI`` on the embedded engine (zero cost, ``knobs``),
+    no retries."""
+    async with asyncio.timeout(TIMEOUT), serve_sim(zero_cost=True, **knobs) as sim:
         client = openai.AsyncOpenAI(base_url=sim.base_url + "/v1", api_key="sk-test",
                                     max_retries=0)
         try:
             yield client, sim
         finally:
             await client.close()
+
+
+@pytest.fixture
+async def sdk():
+    async with _openai_on_sim() as pair:
+        yield pair
 
 
 async def test_a_developer_message_is_read_as_a_system_message(sdk) -> None:
@@ -241,3 +252,163 @@ async def test_a_bad_length_limit_is_named_as_the_request_sent_it(sdk) -> None:
         with pytest.raises(openai.BadRequestError, match=f"^Error code: 400 - {field} must"):
             await client.chat.completions.create(model=MODEL, messages=[USER],
                                                  **{field: 0})  # type: ignore[call-overload]
+
+
+async def test_an_unknown_model_is_a_404_as_vllm_answers(sdk, claude) -> None:
+    """A ``model`` the server does not serve is vLLM 0.32's 404 ``NotFoundError`` naming
+    it and the served name, in every front end that checks it (chat, completions,
+    Responses, ``/tokenize``, Anthropic Messages); it was answered 200, so a benchmark
+    pointed at the wrong name measured the embedded engine as if it were right."""
+    client, sim = sdk
+    vllm = {"message": "The model `nope` does not exist. Valid aliases: workbench-sim.",
+            "type": "NotFoundError", "param": "model", "code": 404}
+    root = openai.AsyncOpenAI(base_url=sim.base_url, api_key="x", max_retries=0)
+    calls = [
+        lambda: client.chat.completions.create(model="nope", messages=[USER], max_tokens=1),
+        lambda: client.completions.create(model="nope", prompt="hello there", max_tokens=1),
+        lambda: client.responses.create(model="nope", input="hello there",
+                                        max_output_tokens=1),
+        lambda: root.post("/tokenize", body={"model": "nope", "prompt": "hi"}, cast_to=object),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError) as err:
+            await call()
+        assert err.value.body == vllm
+    await root.close()
+    anthropic_client, _ = claude
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        await anthropic_client.messages.create(model="nope", max_tokens=1,
+                                               messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.body == {"type": "error", "error": {
+        "type": "NotFoundError", "message": vllm["message"]}}
+    # the served name, and a request without a name, are answered
+    ok = await client.completions.create(model=MODEL, prompt="hello there", max_tokens=1)
+    assert ok.choices[0].finish_reason == "length"
+    assert len(sim.debug_requests()) == 1  # no refused request reached the engine
+
+
+@pytest.fixture
+async def short():
+    """``(client, sim)`` on an engine of ``max_model_len`` 64."""
+    async with _openai_on_sim(max_model_len=64) as pair:
+        yield pair
+
+
+async def test_length_past_the_context_is_answered_as_vllm_0_32_does(short) -> None:
+    """vLLM 0.32.0 (the real-engine tier's, docs/wire-protocols.md "Errors"): a length
+    limit above ``max_model_len`` is a 400 naming the field sent; a prompt of
+    ``max_model_len`` tokens leaves a limit of 0 (400); a longer one is the context
+    error; a limit that only overflows with the prompt is clamped to what is left."""
+    client, _ = short
+
+    async def refused(call) -> dict:
+        with pytest.raises(openai.BadRequestError) as err:
+            await call
+        assert isinstance(err.value.body, dict)
+        return err.value.body
+
+    for field in ("max_tokens", "max_completion_tokens"):
+        body = await refused(client.chat.completions.create(
+            model=MODEL, messages=[USER], **{field: 65}))  # type: ignore[call-overload]
+        assert body == {"message": f"{field}=65 cannot be greater than max_model_len=64. "
+                        f"Please request fewer output tokens. (parameter={field}, value=65)",
+                        "type": "BadRequestError", "param": field, "code": 400}
+    body = await refused(client.responses.create(model=MODEL, input="hi",
+                                                 max_output_tokens=65))
+    assert body["param"] == "max_output_tokens"
+    full = await refused(client.completions.create(model=MODEL, prompt="w " * 64))
+    assert full["message"] == ("max_tokens must be at least 1, got 0. "
+                               "(parameter=max_tokens, value=0)")
+    assert full["param"] == "max_tokens"
+    # text is tokenized one token past the length ("at least"), token ids are counted
+    for prompt, said in (("w " * 65, "at least 65"), ("w " * 70, "at least 65"),
+                         ([1] * 65, "at least 65"), ([1] * 70, "70")):
+        body = await refused(client.completions.create(model=MODEL, prompt=prompt,
+                                                       max_tokens=1))
+        assert body["message"] == (
+            f"This model's maximum context length is 64 tokens. However, your prompt "
+            f"contains {said} input tokens, which exceeds this limit even without any "
+            f"output tokens. Please reduce the length of the input prompt. "
+            f"(parameter=input_tokens, value={said.split()[-1]})")
+        assert body["param"] == "input_tokens"
+    # within the model's length, past it only with the prompt: clamped, as vLLM 0.32 does
+    clamped = await client.chat.completions.create(model=MODEL, messages=[USER], max_tokens=64)
+    assert clamped.usage is not None
+    assert clamped.usage.completion_tokens == 64 - clamped.usage.prompt_tokens
+    assert clamped.choices[0].finish_reason == "length"
+
+
+async def test_responses_api_whole_and_streamed() -> None:
+    """``POST /v1/responses`` as vLLM 0.32 serves it (docs/wire-protocols.md, "Responses
+    API"), from ``workbench sim serve`` in a process of its own: the input as chat
+    messages (``instructions`` first), one output message; a stream of named events
+    ending in ``response.completed``; ``usage`` with the prefix-cache hit in
+    ``input_tokens_details.cached_tokens``. It was a 404."""
+    async with asyncio.timeout(TIMEOUT), serve_sim_process(zero_cost=True) as sim:
+        client = openai.AsyncOpenAI(base_url=sim.base_url + "/v1", api_key="sk-test",
+                                    max_retries=0)
+        root = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sk-test", max_retries=0)
+        try:
+            await _responses_rounds(client, root)
+        finally:
+            await client.close()
+            await root.close()
+
+
+async def _responses_rounds(client: openai.AsyncOpenAI, root: openai.AsyncOpenAI) -> None:
+    instructions = "You are a careful agent " * 10
+    first = await client.responses.create(model=MODEL, instructions=instructions,
+                                          input="hello there how are you",
+                                          max_output_tokens=5)
+    assert first.object == "response" and first.model == MODEL
+    assert first.status == "incomplete"
+    assert first.incomplete_details is not None
+    assert first.incomplete_details.reason == "max_output_tokens"
+    assert [o.type for o in first.output] == ["message"]
+    assert len(first.output_text.split()) == 5
+    u = first.usage
+    assert u is not None
+    chat = await client.chat.completions.create(model=MODEL, max_tokens=1, messages=[
+        {"role": "system", "content": instructions}, USER])
+    assert chat.usage is not None and u.input_tokens == chat.usage.prompt_tokens
+    assert (u.output_tokens, u.total_tokens) == (5, u.input_tokens + 5)
+    assert u.input_tokens_details.cached_tokens == 0
+    assert u.output_tokens_details.reasoning_tokens == 0
+    # streamed, a longer input sharing the first's prefix, as a list of items
+    stream = await client.responses.create(
+        model=MODEL, instructions=instructions, max_output_tokens=7, stream=True,
+        input=[{"role": "user", "content": "hello there how are you"},
+               {"role": "assistant", "content": first.output_text},
+               {"type": "reasoning", "id": "rs_1", "summary": []},
+               {"type": "function_call", "call_id": "c1", "name": "read",
+                "arguments": '{"path": "a"}'},
+               {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+               {"role": "user", "content": [{"type": "input_text", "text": "go on"}]}])
+    events = [e async for e in stream]
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done",
+                          "response.output_item.done", "response.completed"]
+    assert set(kinds[4:-4]) == {"response.output_text.delta"}
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = events[-1].response  # type: ignore[union-attr]
+    assert len(text.split()) == 7 and done.output_text == text
+    assert done.status == "incomplete" and done.usage is not None
+    rows = await root.get("/debug/requests", cast_to=object)
+    assert isinstance(rows, list)
+    assert [r["protocol"] for r in rows] == ["responses", "chat", "responses"]
+    cached = rows[2]["cached_tokens"]
+    assert cached > 0 and done.usage.input_tokens_details.cached_tokens == cached
+    assert done.usage.input_tokens == rows[2]["prompt_tokens"]
+    # the SDK's stream helper, no limit: the default length ends as the model's own end
+    async with client.responses.stream(model=MODEL, input="hi") as helper:
+        async for _ in helper:
+            pass
+        final = await helper.get_final_response()
+    assert final.status == "completed" and final.incomplete_details is None
+    assert final.usage is not None and final.usage.output_tokens == 16
+    # a refused request is the same JSON error shape
+    with pytest.raises(openai.BadRequestError, match="Unsupported input item type: image"):
+        await client.responses.create(model=MODEL, input=[{"type": "image"}])  # type: ignore[list-item]

@@ -1,6 +1,7 @@
 """The engine's wire encoders: per-protocol response shapes (stream chunks, the usage chunk,
 the full body), vLLM 0.32's and SGLang's as docs/wire-protocols.md records them (and
-vLLM's Anthropic Messages front end's, "Anthropic Messages" there), with the
+vLLM's Anthropic Messages and Responses API front ends', "Anthropic Messages" and
+"Responses API" there), with the
 fault switches that change a shape. The client side's request codecs are
 ``workbench.backends``'. One ``WireEncoder`` serves one request.
 """
@@ -310,10 +311,116 @@ class MessagesEncoder(WireEncoder):
         return self._message([{"type": "text", "text": self.tok.decode(ids)}], stop, cached)
 
 
+class ResponsesEncoder(WireEncoder):
+    """The Responses API's ``/v1/responses`` as vLLM 0.32 answers a text model
+    (docs/wire-protocols.md, "Responses API"): one ``message`` output item with one
+    ``output_text`` part; a stream of ``event:``-named events, numbered by
+    ``sequence_number``, ``response.created`` and ``response.in_progress``, the item and
+    part added with the first token, ``response.output_text.delta`` per batch, then the
+    text, part and item done and ``response.completed`` with the whole response and its
+    usage; no ``[DONE]``."""
+
+    def __init__(self, gen: GenRequest, model: str, tok: WordTokenizer, faults: Faults) -> None:
+        super().__init__(gen, model, tok, faults)
+        self.seq = 0
+        self.item_id = f"msg_{gen.request_id}"
+        self.text = ""  # the whole text streamed so far
+
+    def _event(self, data: Json) -> bytes:
+        data = {"type": data["type"], "sequence_number": self.seq, **data}
+        self.seq += 1
+        return b"event: " + data["type"].encode() + b"\ndata: " + dumps(data) + b"\n\n"
+
+    def _status(self, finish_reason: str | None) -> str:
+        """``incomplete`` at a limit the request set, as vLLM's ``length``; ``completed``
+        at the engine's default length (a model's own end)."""
+        return "incomplete" if finish_reason == "length" and self.gen.limited else "completed"
+
+    def _response_usage(self, cached: int) -> Json | None:
+        """vLLM's ``ResponseUsage``: the prompt with its prefix-cache hit, the output."""
+        if self.faults.omit_usage:
+            return None
+        prompt = len(self.gen.prompt_ids)
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0,
+                                     "input_tokens_per_turn": [],
+                                     "cached_tokens_per_turn": []},
+            "output_tokens": self.completion,
+            "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
+                                      "output_tokens_per_turn": [],
+                                      "tool_output_tokens_per_turn": []},
+            "total_tokens": prompt + self.completion,
+        }
+
+    def _response(self, status: str, output: list[Json], usage: Json | None) -> Json:
+        return {
+            "id": f"resp_{self.gen.request_id}", "created_at": self.created,
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete" else None,
+            "model": self.model, "object": "response", "output": output,
+            "max_output_tokens": self.gen.max_tokens, "max_tool_calls": None, "prompt": None,
+            **(self.gen.echo or {}), "status": status, "usage": usage,
+        }  # fmt: skip
+
+    def _part(self, text: str) -> Json:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": None}
+
+    def _message(self, text: str, status: str) -> Json:
+        return {"id": self.item_id, "type": "message", "role": "assistant",
+                "content": [self._part(text)] if text else [], "status": status}
+
+    def head_bytes(self) -> list[bytes]:
+        start = self._response("in_progress", [], None)
+        return [self._event({"type": "response.created", "response": start}),
+                self._event({"type": "response.in_progress", "response": start})]
+
+    def token_bytes(self, ids: list[int], finish_reason: str | None, cached: int) -> bytes:
+        out = b""
+        where = {"output_index": 0, "item_id": self.item_id}
+        if self.first:
+            self.first = False
+            out = self._event({"type": "response.output_item.added", "output_index": 0,
+                               "item": self._message("", "in_progress")})
+            out += self._event({"type": "response.content_part.added", **where,
+                                "content_index": 0, "part": {**self._part(""), "logprobs": []}})
+        self.completion += len(ids)
+        self.text += self.tok.decode_delta(ids)
+        return out + self._event({"type": "response.output_text.delta", **where,
+                                  "content_index": 0, "delta": self._text(ids), "logprobs": []})
+
+    def usage_chunk(self, cached: int) -> Json | None:
+        """The finished response ``response.completed`` carries (``_stream``: at ``length``)."""
+        status = self._status("length")
+        return self._response(status, [self._message(self.text, "completed")],
+                              self._response_usage(cached))
+
+    def end_bytes(self, usage_chunk: Json | None) -> bytes:
+        if usage_chunk is None:  # the engine stopped the request: the stream just ends
+            return b""
+        where = {"output_index": 0, "item_id": self.item_id, "content_index": 0}
+        part = self._part(self.text)
+        return b"".join([
+            self._event({"type": "response.output_text.done", **where, "text": self.text,
+                         "logprobs": []}),
+            self._event({"type": "response.content_part.done", **where, "part": part}),
+            self._event({"type": "response.output_item.done", "output_index": 0,
+                         "item": self._message(self.text, "completed")}),
+            self._event({"type": "response.completed", "response": usage_chunk}),
+        ])
+
+    def final_body(self, ids: list[int], finish_reason: str | None, cached: int) -> Json:
+        self.completion = len(ids)
+        text = self.tok.decode(ids)
+        return self._response(self._status(finish_reason), [self._message(text, "completed")],
+                              self._response_usage(cached))
+
+
 ENCODERS: dict[str, type[WireEncoder]] = {
     "completions": CompletionsEncoder,
     "chat": ChatEncoder,
     "generate": GenerateEncoder,
     "sglang": SglangEncoder,
     "messages": MessagesEncoder,
+    "responses": ResponsesEncoder,
 }

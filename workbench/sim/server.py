@@ -34,14 +34,18 @@ from workbench.sim.engine import Engine
 from workbench.sim.front_end import Admission
 from workbench.sim.metrics import SIM_GPU_PATH, exposition, make_gpu_registry, make_registry
 from workbench.sim.wire import (
+    LENGTH_CHECKED,
+    MODEL_CHECKED,
     PARSERS,
     GenRequest,
     Json,
     WireError,
     chat_prompt,
+    check_model,
     messages_as_chat,
     now_s,
     prompt_ids,
+    vllm_length_rules,
 )
 from workbench.tokenizer import get_tokenizer
 
@@ -103,6 +107,7 @@ class SimServer:
             web.post("/inference/v1/generate", gen("generate")),
             web.post("/generate", gen("sglang")),
             web.post("/v1/messages", gen("messages")),
+            web.post("/v1/responses", gen("responses")),
             web.post("/v1/messages/count_tokens", self._count_tokens),
             web.get("/v1/models", self._models),
             web.post("/tokenize", self._tokenize),
@@ -154,6 +159,7 @@ class SimServer:
         """vLLM's ``POST /tokenize`` (docs/embedded-engine.md): the ids it would prefill."""
         try:
             body = await _json_body(request)
+            check_model(body, self.config.model)
             if "messages" in body:
                 ids = chat_prompt(body["messages"], self.tok)
             else:
@@ -209,8 +215,13 @@ class SimServer:
 
     async def _parse(self, request: web.Request, protocol: str) -> GenRequest:
         body = await _json_body(request)
+        if protocol in MODEL_CHECKED:
+            check_model(body, self.config.model)
         rid = self._request_id(request, body)
-        return PARSERS[protocol](body, rid, self.tok, self.config.model)
+        gen = PARSERS[protocol](body, rid, self.tok, self.config.model)
+        if protocol in LENGTH_CHECKED:
+            vllm_length_rules(gen, self.config.max_model_len)
+        return gen
 
     async def _generate(self, request: web.Request, protocol: str) -> web.StreamResponse:
         try:

@@ -1,6 +1,8 @@
 """Wire shapes of the four protocols the embedded engine speaks, and of Anthropic's
-Messages for other clients, as plain dicts (docs/wire-protocols.md): ``parse_*`` turn a
-request body into a ``GenRequest``; the responses are ``sim.encoders``'. No aiohttp here.
+Messages and OpenAI's Responses API for other clients, as plain dicts
+(docs/wire-protocols.md): ``parse_*`` turn a request body into a ``GenRequest``, after
+vLLM's model and length checks (``check_model``, ``vllm_length_rules``); the responses
+are ``sim.encoders``'. No aiohttp here.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ Json = dict[str, Any]
 class WireError(Exception):
     """A request the server rejects: HTTP ``status`` with an OpenAI-style error body."""
 
-    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError",
+                 param: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        self.status, self.message, self.kind, self.param = status, message, kind, param
 
     def body(self) -> Json:
         return {
             "error": {
                 "message": self.message,
                 "type": self.kind,
-                "param": None,
+                "param": self.param,
                 "code": self.status,
             }
         }
@@ -56,6 +59,10 @@ class GenRequest:
     #: the request set its length limit; without one, the default length ends as a model's
     #: own end: ``stop``, not ``length`` (docs/embedded-engine.md, "Clients we did not write")
     limited: bool = True
+    #: the field the length limit came in (named in a refusal: ``vllm_length_rules``)
+    limit_field: str = "max_tokens"
+    #: request fields a Responses answer repeats (``instructions``, ``tools``, ...)
+    echo: Mapping[str, Any] | None = None
 
 
 def _ids(value: Any, what: str) -> list[int]:
@@ -173,7 +180,77 @@ def parse_chat(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str
     return GenRequest(
         "chat", rid, chat_prompt(body.get("messages"), tok), _positive(limit, field, 16),
         bool(body.get("stream")), _stream_opts(body), False, True, model,
-        limited=limit is not None,
+        limited=limit is not None, limit_field=field,
+    )  # fmt: skip
+
+
+def _item_text(content: Any) -> Any:
+    """A Responses message's content as chat content: a string, or its parts' texts."""
+    if isinstance(content, list):
+        return [{"text": p.get("text", "")} for p in content if isinstance(p, dict)]
+    return content
+
+
+def responses_as_chat(body: Mapping[str, Any]) -> list[Json]:
+    """A Responses API request as the chat messages vLLM 0.32 converts it to
+    (docs/wire-protocols.md, "Responses API"): ``instructions`` as a system message; a
+    string ``input`` one user message; per input item a message with its role, a
+    ``function_call`` (or ``custom_tool_call``) a tool call of the assistant message
+    before it (or a new one), its ``*_output`` a ``tool`` message, a ``reasoning`` item
+    nothing; any other item a 400 naming its type."""
+    chat: list[Json] = []
+    if body.get("instructions"):
+        chat.append({"role": "system", "content": body["instructions"]})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*chat, {"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise WireError(400, "input must be a string or a non-empty list of items",
+                        param="input")
+    for item in items:
+        if not isinstance(item, dict):
+            raise WireError(400, f"bad input item {item!r}: not an object", param="input")
+        kind = item.get("type")
+        if kind in ("function_call", "custom_tool_call"):
+            args = item.get("arguments") if kind == "function_call" else item.get("input")
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": item.get("name"), "arguments": args}}
+            last = chat[-1] if chat else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                chat.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            chat.append({"role": "tool", "tool_call_id": item.get("call_id"),
+                         "content": item.get("output")})
+        elif kind == "reasoning":
+            continue  # vLLM: the assistant's ``reasoning``; the built-in template has none
+        elif "role" in item and kind in (None, "message"):
+            chat.append({"role": item["role"], "content": _item_text(item.get("content"))})
+        else:
+            raise WireError(400, f"Unsupported input item type: {kind}", param="input")
+    return chat
+
+
+#: a Responses request's fields its answer repeats, with vLLM's defaults
+RESPONSES_ECHO: dict[str, Any] = {
+    "instructions": None, "metadata": None, "parallel_tool_calls": True, "temperature": 1.0,
+    "tool_choice": "auto", "tools": [], "top_p": 1.0, "background": False,
+    "previous_response_id": None, "reasoning": None, "service_tier": "auto", "text": None,
+    "top_logprobs": 0, "truncation": "disabled", "user": None,
+}
+
+
+def parse_responses(body: Mapping[str, Any], rid: str, tok: WordTokenizer, model: str
+                    ) -> GenRequest:
+    """The Responses API's ``POST /v1/responses``: ``max_output_tokens`` is the limit."""
+    _one_choice(body)
+    limit = body.get("max_output_tokens")
+    echo = {k: body[k] if body.get(k) is not None else v for k, v in RESPONSES_ECHO.items()}
+    return GenRequest(
+        "responses", rid, chat_prompt(responses_as_chat(body), tok),
+        _positive(limit, "max_output_tokens", 16), bool(body.get("stream")), True, False,
+        True, model, limited=limit is not None, limit_field="max_output_tokens", echo=echo,
     )  # fmt: skip
 
 
@@ -268,7 +345,51 @@ PARSERS: dict[str, Callable[[Mapping[str, Any], str, WordTokenizer, str], GenReq
     "generate": parse_generate,
     "sglang": parse_sglang,
     "messages": parse_messages,
+    "responses": parse_responses,
 }
+
+#: the front ends that check ``model`` as vLLM does (SGLang's ``/generate`` does not;
+#: nor does vLLM's ``/v1/messages/count_tokens``)
+MODEL_CHECKED = frozenset({"completions", "chat", "generate", "messages", "responses"})
+#: the front ends that apply vLLM 0.32's length rules (``vllm_length_rules``); its
+#: tokens-in ``/inference/v1/generate`` clamps a limit past the model's length instead
+LENGTH_CHECKED = frozenset({"completions", "chat", "messages", "responses"})
+
+
+def check_model(body: Mapping[str, Any], served: str) -> None:
+    """vLLM 0.32's ``_check_model``: a ``model`` other than the served one is a 404
+    (docs/wire-protocols.md, "Errors"); none, or an empty one, passes."""
+    name = body.get("model")
+    if name is not None and not isinstance(name, str):
+        raise WireError(400, f"model must be a string, got {type(name).__name__}",
+                        param="model")
+    if name and name != served:
+        raise WireError(404, f"The model `{name}` does not exist. Valid aliases: {served}.",
+                        "NotFoundError", param="model")
+
+
+def vllm_length_rules(gen: GenRequest, max_model_len: int) -> None:
+    """vLLM 0.32.0's refusals of a length (docs/wire-protocols.md, "Errors"), in its
+    order: a limit above ``max_model_len``; a prompt longer than it; a prompt of exactly
+    it (the limit left is 0). A limit that overflows only with the prompt passes: the
+    engine clamps it to what is left, as vLLM's ``get_max_tokens`` does."""
+    def refuse(message: str, param: str, value: int) -> WireError:
+        return WireError(400, f"{message} (parameter={param}, value={value})", param=param)
+
+    limit, field, n = gen.max_tokens, gen.limit_field, len(gen.prompt_ids)
+    if gen.limited and limit > max_model_len:
+        raise refuse(f"{field}={limit} cannot be greater than max_model_len="
+                     f"{max_model_len}. Please request fewer output tokens.", field, limit)
+    if n > max_model_len:
+        # text is tokenized only up to one token past the length: "at least" that many
+        n = max_model_len + 1 if gen.text_input else n
+        least = "at least " if n == max_model_len + 1 else ""
+        raise refuse(f"This model's maximum context length is {max_model_len} tokens. "
+                     f"However, your prompt contains {least}{n} input tokens, which exceeds "
+                     "this limit even without any output tokens. Please reduce the length "
+                     "of the input prompt.", "input_tokens", n)
+    if n == max_model_len:
+        raise refuse("max_tokens must be at least 1, got 0.", "max_tokens", 0)
 
 
 def usage(prompt: int, completion: int, cached: int) -> Json:
