@@ -13,7 +13,7 @@ the install, and the same loops run in Python and numpy (the same answers, slowe
   with ``-ffp-contract=off``: its step times must round exactly as Python's do.
 - ``workbench._vt__mypyc`` and an extension beside each module of
   ``workbench/compiled_set.py``'s ``MODULES``: the virtual-time step loop (scheduler, KV
-  manager, decoders, cost model, clock, segments) compiled by mypyc from its annotated
+  manager, decoders, cost model, segments) compiled by mypyc from its annotated
   Python, one group; the build records each source's sha256 in
   ``workbench/_vt_manifest.json`` so a changed source runs the Python twin
   (docs/virtual-time.md, "Compiled step loop"). Needs ``mypy`` at build time

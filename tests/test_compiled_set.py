@@ -67,7 +67,7 @@ def test_state_stale_on_a_changed_source_a_missing_extension_or_manifest(
     src.write_text(src.read_text() + "# edited\n")
     assert state(str(tmp_path)) == "stale"
     _fake_build(tmp_path)
-    Path(source_path("workbench.clock", str(tmp_path))).with_suffix(SUFFIX).unlink()
+    Path(source_path("workbench.sim.kvindex", str(tmp_path))).with_suffix(SUFFIX).unlink()
     assert state(str(tmp_path)) == "stale"
     _fake_build(tmp_path)
     (tmp_path / MANIFEST).unlink()

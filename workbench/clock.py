@@ -89,19 +89,19 @@ class _VirtualSelector(selectors.BaseSelector):
     (a socket, a pipe), every iteration polls, as before."""
 
     def __init__(self, loop_clock: VirtualTimeLoop) -> None:
-        self._inner = selectors.DefaultSelector()
+        self._real = selectors.DefaultSelector()
         self._loop = loop_clock
         self._files = 0  # registered now
         self._skip = 0  # iterations left before the next poll
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        key = self._inner.register(fileobj, events, data)
+        key = self._real.register(fileobj, events, data)
         self._files += 1
         self._skip = 0
         return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        key = self._inner.unregister(fileobj)
+        key = self._real.unregister(fileobj)
         self._files -= 1
         return key
 
@@ -113,13 +113,13 @@ class _VirtualSelector(selectors.BaseSelector):
                 self._skip -= 1
                 return []
             self._skip = WAKEUP_POLL_EVERY - 1
-        return self._inner.select(0)
+        return self._real.select(0)
 
     def close(self) -> None:
-        self._inner.close()
+        self._real.close()
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
-        return self._inner.get_map()
+        return self._real.get_map()
 
 
 class StepHandle:

@@ -31,7 +31,6 @@ from types import ModuleType
 GROUP = "workbench._vt"
 #: the compiled modules, in the order mypyc is given them
 MODULES: tuple[str, ...] = (
-    "workbench.clock",
     "workbench.segments",
     "workbench.sim.cost",
     "workbench.sim.decoders",
