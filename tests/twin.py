@@ -25,3 +25,16 @@ def in_child(path: str, expr: str, compiled: bool) -> Any:
                          timeout=600, check=False, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
+
+
+def patched_in_python(path: str, expr: str, namespace: dict[str, Any]) -> Any:
+    """``expr``, of a test that patches a method of the mypyc-compiled set, as JSON: the
+    compiled set's callers call its methods natively and never see a patch, so where the
+    set runs compiled here it is evaluated in a child running the Python twin
+    (``WORKBENCH_COMPILED=0``), and here otherwise (docs/virtual-time.md, "Compiled step
+    loop (mypyc)")."""
+    from workbench.kernels import compiled
+
+    if compiled():
+        return in_child(path, expr, compiled=False)
+    return json.loads(json.dumps(eval(expr, namespace)))

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench import compiled_set
 from workbench.lazy import LazyNames
 
 __version__ = "0.1.0"
+
+# before any module of the mypyc-compiled set is imported: its sources or its build
+compiled_set.install()
 
 #: each public name and the module it is imported from on first use
 _LAZY = LazyNames(__name__, globals(), (

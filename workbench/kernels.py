@@ -4,19 +4,17 @@
 ``WORKBENCH_COMPILED=0``; then each kernel's twin (the reference, equal values:
 tests/test_kernels.py) runs. The kernels, their twins and their callers are listed
 in docs/virtual-time.md, "Compiled kernels".
+
+``compiled()`` says whether the step loop's modules compiled by mypyc run (the set in
+``workbench.compiled_set``; docs/virtual-time.md, "Compiled step loop (mypyc)"): the same
+switch, ``WORKBENCH_COMPILED=0``, runs their sources, all of them.
 """
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
-
-def compiled_wanted() -> bool:
-    """False with ``WORKBENCH_COMPILED=0``: no compiled module runs (here, ``sim.kvindex``,
-    ``sim.decoders``), every twin does."""
-    return os.environ.get("WORKBENCH_COMPILED", "1").strip() != "0"
-
+from workbench.compiled_set import compiled, compiled_wanted
 
 native: ModuleType | None = None
 if compiled_wanted():
@@ -25,4 +23,4 @@ if compiled_wanted():
     except ImportError:  # not built: the twins run
         native = None
 
-__all__ = ["compiled_wanted", "native"]
+__all__ = ["compiled", "compiled_wanted", "native"]

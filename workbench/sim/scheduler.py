@@ -18,6 +18,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Sequence:
     finish_ns: int | None = None
     watched: bool = False
     preemptions: int = 0  # times this request was preempted (recomputed from scratch)
-    handle: object = None
+    handle: Any = None  # Any: mypyc's dataclasses reject `object` (docs/virtual-time.md)
     preloaded: int = 0  # prompt tokens whose KV came with the request (disaggregation)
     source: BlockKeyer | None = None  # prompt + output as parts (no tokens held)
     lazy: bool = False  # built from Segments: output ids drawn when asked for
