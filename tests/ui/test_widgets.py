@@ -336,7 +336,7 @@ async def test_run_clears_the_last_results_at_once_and_after_a_failed_run(tmp_pa
     p.run_button.click()
     async with asyncio.timeout(60):
         assert await p.task is not None  # type: ignore[misc]
-    assert "ttft_ms" in latency.outputs[0]["data"]["text/html"] and p.output.outputs
+    assert "TTFT (ms)" in latency.outputs[0]["data"]["text/html"] and p.output.outputs
     broken = tmp_path / "broken.csv"
     broken.write_text("session_id,arrival_time\n0,zero\n")
     p.controls.trace_choice.value = OWN_FILE
@@ -547,7 +547,7 @@ def test_the_render_process_follows_a_run_directory_renders_and_ends_with_its_st
         assert entries[0]["data"]["text/plain"] == "live: 8 of 8" and cpu > 0
         assert "image/png" in entries[1]["data"]
         (table,), _ = proc.call("render", run_dir, "table", "latency", {}, "")
-        assert "ttft_ms" in table["data"]["text/html"]
+        assert "TTFT (ms)" in table["data"]["text/html"]
         with pytest.raises(RenderError, match="KeyError"):
             proc.call("no such call")
         assert proc.alive()  # a failed call leaves it running
