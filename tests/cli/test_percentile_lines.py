@@ -20,10 +20,12 @@ def _rec(i: int, ttft_ms: float) -> RequestRecord:
 def test_five_values_name_the_percentiles_they_cannot_resolve() -> None:
     result = RunResult("r", [_rec(i, 10.0 * (i + 1)) for i in range(5)])
     lines = percentile_lines(result, "50,90,99")
-    assert lines[0] == ("ttft_ms: p50 30 ms, p90 46 ms, p99 49.6 ms (of 5 values; p90 needs "
+    assert lines[0] == ("TTFT (ms): p50 30, p90 46, p99 49.6 (of 5 values; p90 needs "
                         "10, p99 100 to be other than the largest)")
+    assert [line.split(":")[0] for line in lines] == [  # every metric as the tables name it
+        "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2E (ms)"]
 
 
 def test_enough_values_carry_no_note() -> None:
     result = RunResult("r", [_rec(i, float(i + 1)) for i in range(12)])
-    assert percentile_lines(result, "50,90")[0] == "ttft_ms: p50 6.5 ms, p90 10.9 ms"
+    assert percentile_lines(result, "50,90")[0] == "TTFT (ms): p50 6.5, p90 10.9"

@@ -63,8 +63,12 @@ async def test_a_real_slowdown_is_significant_and_a_run_against_itself_is_identi
     assert "] significant, p90 " in lines[3] and "too few sessions (6 and 6" in lines[3]
     assert set(changes["resampled"]) == {"sessions (6 and 6)"}
     assert lines[5].startswith("  same vs base: identical runs: every TTFT and TPOT value")
+    # the slow run's step times are its engine config's (its request overhead), not default
     assert compare.runs_table(runs)["timing"].tolist() == [
-        "wall clock, simulated engine, 50× real time"] * 3
+        f"wall clock, simulated engine, 50× real time, {how}" for how in (
+            "default step times, not a GPU's",
+            "step times from its engine config, no stated error",
+            "default step times, not a GPU's")]
 
 
 def test_runs_without_labels_are_named_by_what_differs(tmp_path):
@@ -87,11 +91,12 @@ def test_virtual_time_runs_are_labelled(tmp_path):
     run = simulate(_cfg(tmp_path, "v"))
     runs = compare.load_runs([run.run_dir])
     assert compare.runs_table(runs)["timing"].tolist() == [
-        "virtual time (simulated engine, 50× real time)"]
+        "virtual time (simulated engine, 50× real time, default step times, not a GPU's)"]
     assert "Every run is in virtual time (simulated ms)" in compare.latency_caption(runs)
     two = compare.load_runs([run.run_dir, run.run_dir], ["a", "b"])
     assert wb.plot(two, "cdf").get_suptitle() == (
-        "Latency CDFs of ok requests: a vs b · virtual time (simulated engine, 50× real time)")
+        "Latency CDFs of ok requests: a vs b · virtual time (simulated engine, 50× real time, "
+        "default step times, not a GPU's)")
 
 
 def test_example_runs_can_be_made_again_in_the_same_folder(tmp_path):

@@ -63,7 +63,7 @@ def test_the_simulated_engines_speedup_and_the_slo_verdict():
         "303/303 ok · TTFT p50/p90/p99 48.2/95/210 ms · TPOT p50/p90/p99 6.11/6.28/12.5 ms"
         " · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK"
         " · SLO met: 303/303 within TTFT ≤ 2 s, TPOT ≤ 50 ms"
-        " · simulated engine, 20× real time"
+        " · simulated engine, 20× real time, default step times, not a GPU's"
     )
     missed = {**slo, "attained": 250, "joint_attainment": 250 / 303}
     assert "· SLO missed: 250/303 within TTFT ≤ 2 s, TPOT ≤ 50 ms ·" in run_headline(
@@ -100,10 +100,28 @@ def test_a_server_holding_streams_open_is_named_not_blamed_on_the_client():
 def test_a_virtual_time_run_says_so_instead_of_a_client_verdict():
     virtual = {"mode": "virtual", "engine": {"speedup": 1.0}, "config": {"target": {"url": "sim"}}}
     line = run_headline(summary(client=None), RunManifest.from_dict(virtual))
-    assert line.endswith("· 7.3 req/s · virtual time (simulated engine)")
+    assert line.endswith("· 7.3 req/s · virtual time (simulated engine, default step times, "
+                         "not a GPU's)")
     assert engine_note(RunManifest.from_dict({**virtual, "engine": {"speedup": 4.0}})) == (
-        "virtual time (simulated engine, 4× real time)")
+        "virtual time (simulated engine, 4× real time, default step times, not a GPU's)")
     assert engine_note(REAL) is None
+
+
+def test_a_simulation_says_which_step_times_timed_it():
+    """No preset: the default coefficients, which are no GPU's; a calibrated engine config:
+    its own coefficients, with no error to state; a preset: its name and stated error
+    (docs/metrics.md, "Headline")."""
+    def note(engine: dict) -> str | None:
+        return engine_note(RunManifest("", mode="virtual", engine=engine))
+
+    assert note({}) == note({"prefill_coeffs": [4.209989e-7, 1.518344e-2, 16.50142]}) == (
+        "virtual time (simulated engine, default step times, not a GPU's)")
+    fitted = note({"prefill_coeffs": [0.0, 0.02, 12.0], "decode_floor_ms": 1.0})
+    assert fitted == ("virtual time (simulated engine, step times from its engine config, no "
+                      "stated error)")
+    assert note({"zero_cost": True}) == "virtual time (simulated engine, zero-cost steps)"
+    preset = note({"preset": "llama-3.1-8b/h100/tp1"}) or ""
+    assert "default step times" not in preset and "preset llama-3.1-8b/h100/tp1: " in preset
 
 
 def test_no_ok_request_says_not_measured_not_zeros_or_dashes():
@@ -146,7 +164,7 @@ def test_three_requests_headline_no_p99_and_the_table_under_it_agrees():
         "3/3 ok · TTFT p50/max 48.2/212 ms of 3 requests · TPOT p50/max 6.11/12.9 ms of 3"
         " requests · prefix hit 0.815 of 0.817 planned · 7.3 req/s · client OK")
     table = tables.summary_table(s)  # the max the headline gives is the table's
-    assert table.loc["ttft_ms", "max"] == 212.0 and table.loc["ttft_ms", "count"] == 3
+    assert table.loc["TTFT (ms)", "max"] == 212.0 and table.loc["TTFT (ms)", "count"] == 3
     assert tables.latency_caption(s) == (
         "Latency of ok requests (ms). TTFT over 3, TPOT over 3: a p99 over fewer than 100"
         " values (a p90 over fewer than 10) is read off the largest ones; the headline"
@@ -261,7 +279,8 @@ def test_simulate_prints_the_headline_and_json_only_on_request(tmp_path, capsys)
     assert first == run_headline(summary, manifest)
     assert first.startswith("8/8 ok · TTFT") and first.endswith(
         "· SLO met: 8/8 within TTFT ≤ 2 s (too few requests to show 99 % at 95 % "
-        "confidence: needs 299) · virtual time (simulated engine)")
+        "confidence: needs 299) · virtual time (simulated engine, default step times, not a "
+        "GPU's)")
     assert main([*args, "--run-id", "j", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out.split("\n}\n")[0] + "}")["requests"] == 8
@@ -322,8 +341,9 @@ def test_a_sweep_headline_names_its_points_engine_and_capacity(tmp_path):
     s.manifest.mode = "live"
     line = sweep_headline(s, "fast engine")
     assert line.startswith("fast engine: 2 points of arrival.rate 1–2 · simulated engine, "
-                           "20× real time · At TTFT p90 ≤ 2 s: capacity at least 1.2 req/s "
-                           "sustained, at 2 req/s offered: the SLO held at every point")
+                           "20× real time, default step times, not a GPU's · At TTFT p90 ≤ 2 "
+                           "s: capacity at least 1.2 req/s sustained, at 2 req/s offered: the "
+                           "SLO held at every point")
     head = sweeps_headline({"fast engine": s})
     assert head.lines[0] == line.split(" WARNING: ")[0]  # the warning on a line of its own
     assert head.lines[1] == ("WARNING: the engine delivered 1.2 of the 2 req/s offered (60 %): "

@@ -124,13 +124,13 @@ def _latency_part(part: str, latency: Any) -> None:
     """``TTFT p50/p90/p99 48.2/95/210 ms``, ``TTFT p50/max 8.5/12 s of 5 requests``;
     ``TTFT not measured``: the table's count of it is 0."""
     if m := re.fullmatch(r"(TTFT|TPOT) not measured", part):
-        assert latency.loc[f"{m.group(1).lower()}_ms", "count"] == "0", part
+        assert latency.loc[f"{m.group(1)} (ms)", "count"] == "0", part
         return
     m = re.fullmatch(r"(TTFT|TPOT) (?:([a-z0-9/]+) )?([0-9.–/e+-]+) (ms|s)"
                      r"(?: of ([0-9]+) requests?)?(?: \(.*\))?", part)
     assert m, part
     name, keys, values, unit, count = m.groups()
-    row = latency.loc[f"{name.lower()}_ms"]
+    row = latency.loc[f"{name} (ms)"]  # the row named as the headline names it
     keys = (keys or "max").split("/")
     for key, said in zip(keys, values.split("/"), strict=True):
         assert agrees(said, row[key], 1000.0 if unit == "s" else 1.0), (part, key, row[key])
@@ -174,7 +174,7 @@ def check_run_headline(run: RunResult) -> str:
 def _failed_part(part: str, table: Any, errors: Any, summary: Any) -> None:
     """``4 failed: HTTP 400 ×3 (reason); stream idle ×1 (what its reason adds); 2 other``:
     the count is the run table's errors, each class a row of the error table with its
-    sample, less the class when the sample starts with it (nothing when it is the class)."""
+    sample, which says what it adds to the class, as the headline does (a dash: nothing)."""
     n, rest = part.split(" failed: ", 1)
     assert n == table.loc["errors", "value"], part
     shown = 0
@@ -183,11 +183,11 @@ def _failed_part(part: str, table: Any, errors: Any, summary: Any) -> None:
         head, sample = f"{c['class']} ×{row['requests']}", row["sample message"]
         assert head in rest, part
         after = rest.split(head, 1)[1]
-        if sample == c["class"]:
+        assert not str(sample).startswith(c["class"]), (part, sample)  # never the class again
+        if sample == "–":
             assert not after.startswith(" ("), part
         else:
-            said = sample.removeprefix(c["class"]).lstrip(": ")
-            assert after.startswith(f" ({said})"), part
+            assert after.startswith(f" ({sample})"), part
         shown += int(row["requests"])
     other = int(n) - shown
     assert rest.endswith(f"; {other} other") if other else not rest.endswith(" other"), part
@@ -297,8 +297,8 @@ def test_a_compare_headline_agrees_with_its_change_table(a: RunResult, b: RunRes
         (mine,) = [ln for ln in head.lines if ln.startswith(f"{label}")]
         for part in mine.split(": ", 1)[1].split(SEP):
             if part.startswith(("TTFT", "TPOT")) and "n/a" not in part:
-                metric = f"{part[:4].lower()}_ms"
-                row = pct[(pct["metric"] == f"{part[:4]} (ms)") & (pct["run"] == label)].iloc[0]
+                metric = f"{part[:4]} (ms)"
+                row = pct[(pct["metric"] == metric) & (pct["run"] == label)].iloc[0]
                 cells = {k: tables.Table(pct, "p").cell(row[k], {k}) for k in pct.columns}
                 cells["count"] = str(int(row["n"]))
                 _latency_part(part, pd.DataFrame({metric: cells}).T)

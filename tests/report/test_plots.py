@@ -213,11 +213,13 @@ def test_summary_table_holds_the_summary_numbers() -> None:
     run = make_run()
     s = summarize(run)
     df = tables.summary_table(run)
-    assert list(df.index) == ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]
-    assert df.loc["ttft_ms", "p50"] == s["ttft_ms"]["p50"]
-    assert df.loc["itl_ms", "count"] == 15
+    # the rows named as the compare report and the CLI name a metric (catalog.with_unit)
+    assert list(df.index) == ["TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2E (ms)"]
+    assert df.loc["TTFT (ms)", "p50"] == s["ttft_ms"]["p50"]
+    assert df.loc["ITL (ms)", "count"] == 15
     html = tables.show(df).html()
     assert f"{s['ttft_ms']['p50']:.3f}" in html and f"{s['e2e_ms']['p99']:.3f}" in html
+    assert "ttft_ms" not in html and "TTFT (ms)" in html
 
 
 def test_prefix_table_and_missing_values() -> None:
@@ -384,7 +386,9 @@ def test_error_table_counts_classes_with_one_sample_each() -> None:
     t = tables.error_table(to_frame(run))
     assert t.index.tolist() == ["error: TimeoutError", "error: ClientConnectorError"]
     assert t["requests"].tolist() == [2, 1]
-    assert "idle" in t.loc["error: TimeoutError", "sample message"]
+    # the sample says what it adds to its class, never the class again (as the headline)
+    assert t.loc["error: TimeoutError", "sample message"] == idle
+    assert t.loc["error: ClientConnectorError", "sample message"] == "connection refused"
     assert tables.error_caption(t, 5).startswith("Errors: 3 of 5 requests")
     empty = tables.error_table(to_frame(make_run()))
     assert len(empty) == 0 and "none" in tables.error_caption(empty, 5)
@@ -443,7 +447,10 @@ def test_band_table_fits_a_page() -> None:
     from workbench.metrics.breakdown import by_input_band
 
     t = tables.band_table(by_input_band(make_run()))
-    assert len(t.columns) <= 9 and "TTFT p50" in t.columns and t.index.name == "prompt tokens"
+    assert len(t.columns) <= 9 and "ttft_ms_p50" in t.columns and t.index.name == "prompt tokens"
+    # the headers as every table's (header_text, from the catalog), the export keeps the key
+    html = tables.show(t).html()
+    assert "TTFT p50 (ms)" in html and "E2E p50 (ms)" in html and "ttft_ms" not in html
 
 
 def test_config_diff_treats_relative_and_absolute_trace_paths_as_one(

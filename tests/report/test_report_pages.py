@@ -69,11 +69,12 @@ def test_each_kinds_headline_says_what_it_should(reports: Path) -> None:
              for k in KINDS}
     summary = json.loads((reports / "replay" / "summary.json").read_text())
     assert heads["replay"][0].startswith(f"{summary['ok']}/{summary['requests']} ok · TTFT ")
-    assert heads["replay"][0].endswith("· simulated engine, 50× real time")
+    assert heads["replay"][0].endswith(
+        "· simulated engine, 50× real time, default step times, not a GPU's")
     differs, base, other = heads["compare"][:3]
     assert differs == "What differs: target.engine.num_blocks (8192 → 65536)"  # the knob first
     assert base.startswith("KV cache 8192 blocks (baseline): ")
-    assert "virtual time (simulated engine)" in base
+    assert "virtual time (simulated engine, default step times, not a GPU's)" in base
     assert other.startswith("KV cache 65536 blocks: ")
     # the example's 48 sessions of several rounds, replayed by both runs: resampled by
     # session, paired, said so

@@ -34,10 +34,32 @@ async def test_the_error_table_explains_an_idle_timeout_with_a_sample(tmp_path: 
     frame = errors.frame
     assert int(frame["requests"].sum()) == summarize(result)["errors"] > 0
     (klass,) = frame.index  # one class: every request stalled the same way
-    assert "idle" in frame.loc[klass, "sample message"]
+    # the class names the idle timeout, the sample what it adds (how far the stream got)
+    assert "idle" in klass and frame.loc[klass, "sample message"] == "after 2 token events"
     assert errors.caption and "did not end ok, by class" in errors.caption
     for name in TABLE_NAMES:  # every section draws over a run with errors
         assert len(report.table(name).html()) > 0
+
+
+async def test_the_error_table_never_repeats_the_class_in_its_sample(tmp_path: Path) -> None:
+    """A stream the server drops: the class is ``server disconnected mid-stream``, and the
+    sample says only what it adds (how far the stream got, what the socket said), as the
+    headline's part of it does (``deviations.beyond_class``)."""
+    from workbench.report.headline import run_headline
+
+    result = await run_async({
+        "trace": {"path": str(data_path("tracelab/multi_session_example.csv")), "max_items": 2},
+        "arrival": {"stop_session_on_error": False},
+        "target": {"url": "sim", "engine": {"speedup": 50.0, "disconnect_after_tokens": 3}},
+        "out_dir": str(tmp_path),
+    })
+    frame = RunReport(result).table("errors").frame
+    klass = "error: server disconnected mid-stream"
+    assert list(frame.index) == [klass]
+    said = str(frame.loc[klass, "sample message"])
+    assert said.startswith("after ") and "disconnected mid-stream" not in said
+    headline = run_headline(summarize(result), result.manifest)
+    assert f"server disconnected mid-stream ×{frame.loc[klass, 'requests']} ({said}" in headline
 
 
 def test_the_readmes_mooncake_example_is_sized_for_the_default_engine() -> None:

@@ -204,8 +204,9 @@ def test_sweep_command_grid_and_capacity(tmp_path: Path, capsys: pytest.CaptureF
     assert main([*args, "--over", "rate=1,8", "--slo", SLO_TEXT, "--sweep-id", "g"]) == 0
     out = capsys.readouterr().out
     assert "SLO held" in out and f"sweep directory: {tmp_path / 'g'}" in out
-    assert out.startswith("g: 2 points of arrival.rate 1–8 · virtual time (simulated engine)"
-                          " · At TTFT p90 ≤ 8 s: "), out  # the headline on top
+    # the headline on top
+    assert out.startswith("g: 2 points of arrival.rate 1–8 · virtual time (simulated engine, "
+                          "default step times, not a GPU's) · At TTFT p90 ≤ 8 s: "), out
     assert main([*args, "--capacity", "rate", "--lo", "1", "--hi", "8", "--tolerance", "2",
                  "--slo", SLO_TEXT, "--sweep-id", "c"]) == 0
     out = capsys.readouterr().out

@@ -39,7 +39,8 @@ EACH_BREAKS = {"engine.max_num_seqs": [1, 2, 4], "arrival.rate": [1, 2, 4, 8]}
 
 HOLDS_AND_NOT_LINES = [
     "g: 4 points of arrival.rate 2–6, 2 configurations (max_num_seqs) · virtual time "
-    "(simulated engine) · At TTFT p90 ≤ 500 ms, per configuration:",
+    "(simulated engine, default step times, not a GPU's) · At TTFT p90 ≤ 500 ms, per "
+    "configuration:",
     "max_num_seqs=1: the SLO broke at every point, from 2 req/s offered: the capacity is "
     "below the range.",
     "max_num_seqs=8: capacity at least 5.02 req/s sustained, at 6 req/s offered: the SLO "
@@ -49,7 +50,8 @@ HOLDS_AND_NOT_LINES = [
 ]
 EACH_BREAKS_LINES = [
     "e: 12 points of arrival.rate 1–8, 3 configurations (max_num_seqs) · virtual time "
-    "(simulated engine) · At TTFT p90 ≤ 500 ms, per configuration:",
+    "(simulated engine, default step times, not a GPU's) · At TTFT p90 ≤ 500 ms, per "
+    "configuration:",
     "max_num_seqs=1: capacity 0.877 req/s sustained, at 1 req/s offered: the highest load "
     "that held; it broke at 2 req/s.",
     "max_num_seqs=2: capacity 1.74 req/s sustained, at 2 req/s offered: the highest load "

@@ -100,7 +100,7 @@ def test_replay_report_shows_the_sections_and_the_run_summary(replay_report: Pat
                        "04-prefix_hits.png", "05-hit_by_round.png", "06-ttft_by_round.png",
                        "07-sessions.png", "08-timeline.png"]
     latency = (run_dir / "tables" / "latency.csv").read_text().splitlines()
-    assert latency[1].startswith("ttft_ms,")
+    assert latency[1].startswith("TTFT (ms),")  # as the compare tables name a metric
     # the client's self-measurement, with its verdict, as summary.json has it
     client = summary["client"]
     rows = pd.read_csv(run_dir / "tables" / "client.csv", index_col=0)["value"]

@@ -119,7 +119,7 @@ async def test_run_button_replays_in_the_background_and_shows_results(tmp_path: 
     # 5 values resolve no p90 or p99: the max in their place, with the count
     assert headline.startswith("5/5 ok · TTFT p50/max ") and " ms of 5 requests · " in headline
     latency = p.output.outputs[1]["data"]["text/html"]
-    assert "ttft_ms" in latency and "TTFT over 5" in latency  # the caption says why
+    assert "TTFT (ms)" in latency and "TTFT over 5" in latency  # the caption says why
     for section in p.figures:  # latency CDFs, in flight and TTFT over time, the swimlane
         assert "image/png" in section.output.outputs[0]["data"], section.name
     assert p.status_text.startswith("done: 5 ok")
@@ -300,7 +300,7 @@ async def test_sections_fill_in_while_the_run_goes_and_show_its_end(
         assert "image/png" in figure.outputs[-1]["data"]
         result = await p.task  # type: ignore[misc]
     assert result is not None and p.latest is result
-    assert "ttft_ms" in latency.outputs[0]["data"]["text/html"]  # the final run, no note
+    assert "TTFT (ms)" in latency.outputs[0]["data"]["text/html"]  # the final run, no note
     assert "image/png" in figure.outputs[0]["data"]
     later = report_view(p).table("errors")  # a section made after the run shows it at once
     n = len(result.records)
@@ -336,7 +336,7 @@ async def test_run_clears_the_last_results_at_once_and_after_a_failed_run(tmp_pa
     p.run_button.click()
     async with asyncio.timeout(60):
         assert await p.task is not None  # type: ignore[misc]
-    assert "ttft_ms" in latency.outputs[0]["data"]["text/html"] and p.output.outputs
+    assert "TTFT (ms)" in latency.outputs[0]["data"]["text/html"] and p.output.outputs
     broken = tmp_path / "broken.csv"
     broken.write_text("session_id,arrival_time\n0,zero\n")
     p.controls.trace_choice.value = OWN_FILE
@@ -547,7 +547,7 @@ def test_the_render_process_follows_a_run_directory_renders_and_ends_with_its_st
         assert entries[0]["data"]["text/plain"] == "live: 8 of 8" and cpu > 0
         assert "image/png" in entries[1]["data"]
         (table,), _ = proc.call("render", run_dir, "table", "latency", {}, "")
-        assert "ttft_ms" in table["data"]["text/html"]
+        assert "TTFT (ms)" in table["data"]["text/html"]
         with pytest.raises(RenderError, match="KeyError"):
             proc.call("no such call")
         assert proc.alive()  # a failed call leaves it running

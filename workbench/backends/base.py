@@ -14,6 +14,7 @@ import orjson
 
 from workbench import redact
 from workbench.backends.extras import EXTRA_KEYS, RequestExtras
+from workbench.error_answers import error_message
 from workbench.errors import ConfigError, WorkbenchError
 from workbench.plurals import noun
 from workbench.registry import Registry
@@ -244,14 +245,6 @@ def reconfigure(codec: Any, options: Mapping[str, Any]) -> Any:
     return cls(**{**current, **options})
 
 
-def _server_error(obj: Any) -> Any:
-    """The message of a server's error object (``{"error": ...}``), None if it is none."""
-    if not isinstance(obj, dict) or ("error" not in obj and obj.get("object") != "error"):
-        return None
-    err = obj.get("error", obj)
-    return err.get("message", err) if isinstance(err, dict) else err
-
-
 def _shown(payload: bytes) -> str:
     """A payload's first 200 bytes as ``repr`` shows them, redacted whole before the cut
     (``redact.excerpt``)."""
@@ -267,7 +260,7 @@ def loads(payload: bytes) -> dict[str, Any]:
         raise BackendError(f"bad JSON in the answer ({exc}): {_shown(payload)}") from None
     if not isinstance(obj, dict):
         raise BackendError(f"answer payload is not a JSON object: {_shown(payload)}")
-    if (msg := _server_error(obj)) is not None:
+    if (msg := error_message(obj)) is not None:
         raise BackendError(f"server error in the answer: {msg}")
     return obj
 
@@ -306,7 +299,7 @@ def json_body_error(body: bytes) -> BackendError:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         obj = None
-    if (msg := _server_error(obj)) is not None:
+    if (msg := error_message(obj)) is not None:
         return BackendError(f"server error (HTTP 200, JSON body): {msg}")
     text = redact.excerpt(body.decode("utf-8", "replace"), 200)
     return BackendError(f"HTTP 200 with a JSON body instead of an event stream: {text}")

@@ -8,7 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ServedContext", "listed_models", "served_context"]
+__all__ = ["SIM_CARD_KEY", "SIM_OWNER", "ServedContext", "listed_models", "served_context",
+           "simulated_engine"]
+
+#: what the embedded engine's ``/v1/models`` card says of itself (``sim.server``'s
+#: ``SIM_OWNER``, ``SIM_CARD_KEY``; a test keeps the two equal): docs/embedded-engine.md,
+#: "Which step times"
+SIM_OWNER = "workbench-sim"
+SIM_CARD_KEY = "workbench_sim"
 
 #: where each engine puts a model's context length in its ``/v1/models`` entry:
 #: vLLM and SGLang ``max_model_len``; llama.cpp ``meta.n_ctx`` (a slot's context)
@@ -69,4 +76,17 @@ def served_context(body: bytes, model: str | None) -> ServedContext | None:
         value = _dig(pick, path)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return ServedContext(str(pick.get("id")), value, ".".join(path))
+    return None
+
+
+def simulated_engine(body: bytes) -> dict[str, Any] | None:
+    """What a ``/v1/models`` answer says it simulates, ``{"version": ..., "engine": {...}}``,
+    when a card is owned by ``workbench sim serve`` (``SIM_OWNER``) and says so
+    (``SIM_CARD_KEY``); None for any other server (a real vLLM, SGLang, llama.cpp)."""
+    for entry in _entries(body):
+        card = entry.get(SIM_CARD_KEY)
+        if entry.get("owned_by") == SIM_OWNER and isinstance(card, Mapping):
+            engine = card.get("engine")
+            return {"server": SIM_OWNER, "version": str(card.get("version")),
+                    "engine": dict(engine) if isinstance(engine, Mapping) else {}}
     return None

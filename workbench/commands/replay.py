@@ -160,9 +160,11 @@ def _brief(summary: dict, result: Any = None, percentiles: str | None = None) ->
 
 
 def percentile_lines(result: Any, spec: str) -> list[str]:
-    """``--percentiles``' lines under the headline: ``ttft_ms: p50 30 ms, p99 50 ms``, and
+    """``--percentiles``' lines under the headline: ``TTFT (ms): p50 30, p99 50`` (the
+    metric as every table names it, ``catalog.with_unit``), and
     the count beside the percentiles it cannot resolve (``metrics.distribution.
     resolution``): `` (of 5 values; p90 needs 10, p99 100 to be other than the largest)``."""
+    from workbench.catalogs.requests import with_unit
     from workbench.metrics.distribution import resolution, sample
     from workbench.metrics.frame import ok_rows
     from workbench.plurals import counted
@@ -178,7 +180,7 @@ def percentile_lines(result: Any, spec: str) -> list[str]:
                          for i, (q, need) in enumerate(needs))
         note = (f" (of {counted(n, 'value')}; {thin} to be other than the largest)"
                 if thin else "")
-        lines.append(f"{metric}: " + ", ".join(f"{q} {sig(v)} ms" for q, v in qs.items())
+        lines.append(f"{with_unit(metric)}: " + ", ".join(f"{q} {sig(v)}" for q, v in qs.items())
                      + note)
     return lines
 

@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from workbench.error_answers import answer_message
+
 if TYPE_CHECKING:
     from workbench.metrics.columns import Columns
 
@@ -35,9 +37,8 @@ def failure_class(error: Any, http_status: int | None) -> str:
 
 
 def reason(error: Any) -> str:
-    """The error in words, a server's JSON answer reduced to its message (vLLM, SGLang,
-    llama.cpp: ``{"error": {"message": ...}}``; FastAPI: ``{"detail": ...}``), cut at
-    ``SAMPLE_CHARS``."""
+    """The error in words, a server's JSON answer reduced to its message
+    (``error_answers.answer_message``), cut at ``SAMPLE_CHARS``."""
     text = str(error or "(no message)")
     head, sep, body = text.partition(": ")
     if sep and head.startswith("HTTP ") and body.lstrip().startswith("{"):
@@ -45,13 +46,15 @@ def reason(error: Any) -> str:
             doc = json.JSONDecoder().raw_decode(body.lstrip())[0]
         except ValueError:
             doc = None
-        inner = doc.get("error") if isinstance(doc, Mapping) else None
-        said = (inner.get("message") if isinstance(inner, Mapping) else inner) or (
-            doc.get("message") or doc.get("detail") if isinstance(doc, Mapping) else None)
-        if isinstance(said, str) and said.strip():
-            text = said
+        text = answer_message(doc) or text
     text = " ".join(text.split())
     return text if len(text) <= SAMPLE_CHARS else text[: SAMPLE_CHARS - 1] + "…"
+
+
+def sample(error: Any, cls: str) -> str:
+    """What a table's sample message of class ``cls`` says: ``reason`` beyond its class
+    (``beyond_class``), so a row never repeats its class in its sample."""
+    return beyond_class(reason(error), cls)
 
 
 def failures(df: Columns) -> dict[str, Any] | None:

@@ -20,7 +20,12 @@ from workbench import heap, redact
 from workbench.backends.extras import resolve_headers
 from workbench.backends.flush import NOT_ASKED, FlushOutcome
 from workbench.backends.preflight import preflight_prefix_cache
-from workbench.backends.served import ServedContext, listed_models, served_context
+from workbench.backends.served import (
+    ServedContext,
+    listed_models,
+    served_context,
+    simulated_engine,
+)
 from workbench.backends.transport import Transport
 from workbench.clock import Clock
 from workbench.config import RunConfig
@@ -258,6 +263,11 @@ class ReplaySession(RecordSinks):
                            target: Target) -> None:
         """Before the plan is sent (live): reachable, preflight, cache flush, profiler."""
         status, models = await transport.check_reachable()
+        facts = self.manifest.target or {}
+        if status == 200 and facts.get("kind") != "sim" and (sim := simulated_engine(models)):
+            # a separately started `workbench sim serve`: the headline says the engine was
+            # simulated, and with which step times (docs/embedded-engine.md)
+            self.manifest.target = {**facts, "simulated": sim}
         if self.preflight_on(target) and status == 200:
             model = self.cfg.backend.options.get("model")
             listed = listed_models(models)

@@ -88,25 +88,47 @@ def percentiles_part(name: str, stats: Any) -> str:
             f"{counted(n, 'request')}")
 
 
-def engine_note(manifest: RunManifest | None) -> str | None:
-    """``"simulated engine, 20× real time"``, ``"virtual time (simulated engine)"``, or None
-    for a real server."""
+def simulated_engine(manifest: RunManifest | None) -> Mapping[str, Any] | None:
+    """The knobs of the simulated engine that served the run (``{}`` when none were
+    recorded: the defaults), None for a real server: a virtual run, a ``sim`` target, or a
+    live run whose server said it is ``workbench sim serve`` (``target.simulated``,
+    ``backends.served.simulated_engine``)."""
     m = manifest or RunManifest.from_dict({})
     target = m.target or {}
+    served = target.get("simulated")  # recorded only for a target.url (replay.session)
+    if isinstance(served, Mapping):
+        engine = served.get("engine")
+        return engine if isinstance(engine, Mapping) else {}
+    simulated = m.mode == "virtual" or target.get("kind") == "sim" or (
+        m.section("target").get("url") == "sim")
+    if not simulated:
+        return None
     engine = target.get("engine") or m.engine or m.section("target").get("engine") or {}
-    speedup = engine.get("speedup", 1.0) if isinstance(engine, Mapping) else 1.0
-    about = f", {sig(speedup)}× real time" if speedup not in (None, 1, 1.0) else ""
-    preset = engine.get("preset") if isinstance(engine, Mapping) else None
-    if preset:  # from what: the preset, and the error it states (docs/hardware.md)
-        from workbench.sim.presets.stated import stated_error_brief
+    return engine if isinstance(engine, Mapping) else {}
 
-        about += f", preset {preset}: {stated_error_brief(str(preset))}"
+
+def engine_note(manifest: RunManifest | None) -> str | None:
+    """``"simulated engine, 20× real time, default step times, not a GPU's"``, ``"virtual
+    time (simulated engine, preset …: stated median error …)"``, ``"simulated engine
+    (workbench sim serve at URL, …)"`` for a live run whose server said it is one, or
+    None for a real server: what the times stand on, the cost model in a few words
+    (``sim.config.step_times``; docs/metrics.md, "Headline")."""
+    engine = simulated_engine(manifest)
+    if engine is None:
+        return None
+    from workbench.sim.config import step_times
+
+    m = manifest or RunManifest.from_dict({})
+    speedup = engine.get("speedup", 1.0)
+    about = f", {sig(speedup)}× real time" if speedup not in (None, 1, 1.0) else ""
+    about += f", {step_times(engine).brief}"
     if m.mode == "virtual":
         return f"virtual time (simulated engine{about})"
-    url = m.section("target").get("url")
-    if target.get("kind") == "sim" or url == "sim":
-        return f"simulated engine{about}"
-    return None
+    target = m.target or {}
+    if isinstance(target.get("simulated"), Mapping):  # a separately started `sim serve`
+        where = target.get("base_url") or m.section("target").get("url") or "?"
+        return f"simulated engine (workbench sim serve at {where}{about})"
+    return f"simulated engine{about}"
 
 
 def slo_verdict(slo: Mapping[str, Any] | None,

@@ -88,7 +88,7 @@ class RunReport:
         ``headline`` section is a ``Headline``)."""
         builders: dict[str, Callable[[], Any]] = {
             "headline": self.headline,
-            "run": lambda: tables.show(tables.run_table(self.summary),
+            "run": lambda: tables.show(tables.run_table(self.summary, self.manifest),
                                        caption=f"Run {self.run_id}"),
             "config": lambda: tables.show(
                 tables.config_table(self.manifest),

@@ -20,8 +20,8 @@ import pandas as pd
 import workbench.catalogs.requests as catalog
 import workbench.catalogs.runs as runs
 import workbench.catalogs.series as series
-from workbench.metrics import by_round_index, summarize
-from workbench.metrics.deviations import failure_class, reason
+from workbench.metrics import by_round_index, deviations, summarize
+from workbench.metrics.deviations import failure_class
 from workbench.metrics.distribution import QS, resolution
 from workbench.metrics.summary import (
     CLIENT_CPU_BOUND,
@@ -33,6 +33,8 @@ from workbench.metrics.summary import (
 from workbench.metrics.wording import beside, bounds_phrase, sig
 from workbench.plurals import counted
 from workbench.records import RunManifest
+from workbench.report.headline import simulated_engine
+from workbench.sim.config import step_times
 from workbench.storage.rundir import running_note
 
 TABLE_MIME = "application/vnd.workbench.table+json"
@@ -58,12 +60,14 @@ def named(df: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def summary_table(data: Any) -> pd.DataFrame:
-    """Latency percentiles in ms: one row per latency metric of the catalog."""
+    """Latency percentiles in ms: one row per latency metric of the catalog, labelled as
+    every table and line names a metric (``catalog.with_unit``: ``TTFT (ms)``)."""
     s = as_summary(data)
-    rows = {m: {k: as_float(s.get(m, {}).get(k)) for k in LATENCY_STATS} for m in LATENCY_METRICS}
+    rows = {catalog.with_unit(m): {k: as_float(s.get(m, {}).get(k)) for k in LATENCY_STATS}
+            for m in LATENCY_METRICS}
     df = pd.DataFrame.from_dict(rows, orient="index", columns=list(LATENCY_STATS))
     df["count"] = df["count"].fillna(0).astype(int)
-    df.index.name = "metric (ms)"
+    df.index.name = "metric"
     return named(df, "latency")
 
 
@@ -197,8 +201,10 @@ def attained_label(bounds: Mapping[str, Any]) -> str:
     return f"SLO attained (within {bounds_phrase(bounds)})"
 
 
-def run_table(data: Any) -> pd.DataFrame:
-    """Counts and throughput of the run, after its status when the summary knows it."""
+def run_table(data: Any, manifest: RunManifest | None = None) -> pd.DataFrame:
+    """Counts and throughput of the run, after its status when the summary knows it; for
+    a simulated run (``manifest``), the step times that timed it, in full (the headline
+    names them in a few words: ``sim.config.step_times``)."""
     s = as_summary(data)
     values: list[Any] = [_count(s.get(key)) if key in COUNT_KEYS else as_float(s.get(key))
                          for _, key in RUN_FIELDS]
@@ -222,7 +228,14 @@ def run_table(data: Any) -> pd.DataFrame:
                    as_float(counted["ratio"])]
         labels += ["prompt tokens the server counted", "prompt tokens sent",
                    "counted / sent"]
+    engine = simulated_engine(manifest) if manifest is not None else None
+    if engine is not None:
+        values, labels = [*values, step_times(engine).detail], [*labels, STEP_TIMES]
     return value_table(labels, values, "run")
+
+
+#: the run table's row of a simulated run's cost model
+STEP_TIMES = "simulated engine's step times"
 
 
 #: the run table's row of ok requests with fewer output tokens than pinned
@@ -599,9 +612,6 @@ class Table:
         }
 
 
-#: a metric's column prefix as a reader says it (``ttft_ms_p50`` → ``TTFT p50 (ms)``)
-_METRIC_WORDS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E",
-                 "terminal_tail_ms": "terminal tail"}
 _HEADER_WORDS = {
     "planned_prefix_hit_rate": "planned hit rate", "actual_prefix_hit_rate": "actual hit rate",
     "hit_rate": "hit rate", "prompt_share": "share of prompt tokens",
@@ -615,13 +625,22 @@ def header_text(col: Any) -> str:
     key = str(col)
     if key in _HEADER_WORDS:
         return _HEADER_WORDS[key]
-    for metric, words in _METRIC_WORDS.items():
-        if key.startswith(metric + "_"):
-            return f"{words} {key[len(metric) + 1:].replace('_', ' ')} (ms)"
+    metric, stat = _metric_stat(key)
+    if metric is not None:  # the catalog's label and unit (``catalog.with_unit``)
+        return f"{metric.label} {stat.replace('_', ' ')} ({metric.unit})"
     head, _, stat = key.rpartition("_")
     if head and stat in ("mean", "max", "min", "p50", "p90", "p99"):
         return f"{head.replace('_', ' ')} ({stat})"
     return key.replace("_", " ")
+
+
+def _metric_stat(key: str) -> tuple[catalog.Metric | None, str]:
+    """``ttft_ms_p90`` → (the catalog's TTFT row, ``"p90"``); (None, "") for a key that is
+    no catalog metric with a statistic after it (the longest name first: ``itl_max_ms``)."""
+    for m in sorted(catalog.CATALOG, key=lambda m: -len(m.name)):
+        if key.startswith(m.name + "_"):
+            return m, key[len(m.name) + 1:]
+    return None, ""
 
 
 def show(df: pd.DataFrame, name: str | None = None, *, digits: int = 3,
@@ -705,20 +724,28 @@ def error_class(status: str, error: Any, http_status: Any) -> str:
     """A record's error class: its status, then ``HTTP <status>`` for an answer the server
     refused, else the exception name or rule (``metrics.deviations.failure_class``: the
     headline's classes)."""
-    code = int(http_status) if isinstance(http_status, int | float) and not (
+    return f"{status}: {failure_class(error, _code(http_status))}"
+
+
+def _code(http_status: Any) -> int | None:
+    """A stored ``http_status`` as an int (None: none, or NaN in a frame)."""
+    return int(http_status) if isinstance(http_status, int | float) and not (
         isinstance(http_status, float) and math.isnan(http_status)) else None
-    return f"{status}: {failure_class(error, code)}"
 
 
 def error_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Requests that did not end ok, by class: count and one sample message each."""
+    """Requests that did not end ok, by class: count and one sample message each, saying
+    what it adds to its class (``deviations.sample``, as the headline's parts do); a dash
+    when it adds nothing."""
     cols = ["requests", "sample message"]
     bad = frame[frame["status"] != "ok"] if len(frame) else frame
     rows: dict[str, dict[str, Any]] = {}
     for status, error, code in zip(bad["status"], bad["error"],
                                    bad.get("http_status", [None] * len(bad)), strict=False):
-        key = error_class(str(status), error, code)
-        row = rows.setdefault(key, {"requests": 0, "sample message": reason(error)})
+        cls = failure_class(error, _code(code))
+        key = f"{status}: {cls}"
+        row = rows.setdefault(key, {"requests": 0,
+                                      "sample message": deviations.sample(error, cls) or None})
         row["requests"] += 1
     df = pd.DataFrame.from_dict(rows, orient="index", columns=cols)
     df = df.sort_values("requests", ascending=False) if len(df) else df
@@ -734,19 +761,17 @@ def error_caption(table: pd.DataFrame, requests: int) -> str:
     return f"Errors: {bad} of {requests} requests did not end ok, by class (one sample each)"
 
 
-BAND_SHOWN: tuple[tuple[str, str], ...] = (
-    ("requests", "requests"), ("errors", "errors"), ("ttft_ms_p50", "TTFT p50"),
-    ("ttft_ms_p90", "TTFT p90"), ("ttft_ms_p99", "TTFT p99"), ("tpot_ms_p50", "TPOT p50"),
-    ("e2e_ms_p50", "E2E p50"), ("actual_prefix_hit_rate", "hit actual"),
-    ("planned_prefix_hit_rate", "hit planned"),
-)
+#: the band table's columns; their headers are ``header_text``'s, as every table's
+BAND_SHOWN: tuple[str, ...] = (
+    "requests", "errors", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50",
+    "e2e_ms_p50", "actual_prefix_hit_rate", "planned_prefix_hit_rate",
+)  # fmt: skip
 
 
 def band_table(by_band: pd.DataFrame) -> pd.DataFrame:
     """``by_input_band`` narrowed to what fits a page: counts, TTFT/TPOT/E2E, hit rates."""
-    keep = [(c, label) for c, label in BAND_SHOWN if c in by_band.columns]
-    df = by_band.set_index("band")[[c for c, _ in keep]] if "band" in by_band else by_band
-    df = df.rename(columns=dict(keep))
+    keep = [c for c in BAND_SHOWN if c in by_band.columns]
+    df = by_band.set_index("band")[keep] if "band" in by_band else by_band
     df.index.name = "prompt tokens"
     return named(df, "by_band")
 

@@ -5,6 +5,7 @@ switches) in one frozen value, so a manifest records the whole engine by ``asdic
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -125,3 +126,50 @@ class EngineConfig:
             if d[knob] == default:
                 del d[knob]
         return d
+
+
+#: the knobs that set the engine's step times and per-request costs (docs/calibration.md)
+COST_KNOBS: tuple[str, ...] = ("prefill_coeffs", "decode_coeffs", "decode_floor_ms",
+                               "decode_seq_ms", "request_overhead_ms", "intake_ms",
+                               "idle_wake_ms")
+#: the headline's words for an engine with none of them set and no preset
+DEFAULT_STEP_TIMES = "default step times, not a GPU's"
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    """Which cost model timed a simulated run: ``brief`` in a headline's few words,
+    ``detail`` for the report's run table (docs/embedded-engine.md, "Which step times")."""
+
+    brief: str
+    detail: str
+
+
+def step_times(engine: Any) -> StepTimes:
+    """The cost model of ``engine`` (a manifest's engine knobs; a knob left out is at its
+    default): a preset's name and the error it states (docs/hardware.md), the default
+    coefficients, which are no GPU's, or coefficients an engine config set."""
+    knobs = engine if isinstance(engine, Mapping) else {}
+    preset = knobs.get("preset")
+    if preset:
+        from workbench.sim.presets.stated import stated_error_brief
+
+        said = stated_error_brief(str(preset))
+        return StepTimes(f"preset {preset}: {said}", f"preset {preset} ({said})")
+    if knobs.get("zero_cost"):
+        return StepTimes("zero-cost steps", "zero_cost: every step takes no time")
+    defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    changed = [k for k in COST_KNOBS if _plain(knobs.get(k, defaults[k])) != _plain(defaults[k])]
+    if not changed:
+        return StepTimes(DEFAULT_STEP_TIMES,
+                         "default: the embedded engine's own coefficients, calibrated to no "
+                         "GPU (its TTFT and TPOT are not a GPU's; a preset names one)")
+    return StepTimes("step times from its engine config, no stated error",
+                     "from the engine config: " + ", ".join(
+                         f"{k} {_plain(knobs[k])}" for k in changed) + " (no preset, so no "
+                     "stated error)")
+
+
+def _plain(v: Any) -> Any:
+    """A knob as compared and printed: a coefficient triple as a list of floats."""
+    return [float(x) for x in v] if isinstance(v, list | tuple) else v

@@ -7,6 +7,7 @@ The four wire protocols of docs/wire-protocols.md plus the endpoints, the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -23,12 +24,13 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from workbench import __version__
 from workbench import safe_write as safe
 from workbench.clock import Clock, WallClock
 from workbench.errors import ListenError, OutputWriteError
 from workbench.placement import placement_extra
 from workbench.sim.cluster import AnyRequest, Cluster, ClusterConfig, split_knobs
-from workbench.sim.config import EngineConfig
+from workbench.sim.config import COST_KNOBS, EngineConfig
 from workbench.sim.encoders import ENCODERS, WireEncoder, dumps
 from workbench.sim.engine import Engine
 from workbench.sim.front_end import Admission
@@ -60,6 +62,18 @@ OVERRUN_FLUSH_EVENTS = 16  # overrun faults: events per write
 MAX_REQUEST_ID = 512  # characters; a longer id is refused with a 400
 SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+#: a ``/v1/models`` card's ``owned_by`` and the key of what it simulates: the embedded
+#: engine says it is one (docs/embedded-engine.md, "Which step times")
+SIM_OWNER = "workbench-sim"
+SIM_CARD_KEY = "workbench_sim"
+#: the engine knobs the card states: the model, the clock's speed, the cost model
+CARD_KNOBS = ("model", "mode", "speedup", "preset", "zero_cost", *COST_KNOBS)
+
+
+def sim_card_engine(cfg: EngineConfig) -> dict[str, Any]:
+    """The knobs of ``cfg`` a ``/v1/models`` card states (``CARD_KNOBS``)."""
+    d = dataclasses.asdict(cfg)
+    return {k: list(d[k]) if isinstance(d[k], tuple) else d[k] for k in CARD_KNOBS}
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -148,10 +162,14 @@ class SimServer:
         return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
+        """vLLM's model card, owned by ``workbench-sim`` and saying what it simulates
+        (``SIM_CARD_KEY``), so a client that did not start it can tell a simulated engine
+        from a real one (docs/embedded-engine.md, "Which step times")."""
         cfg = self.config
         card = {
-            "id": cfg.model, "object": "model", "created": now_s(), "owned_by": "workbench",
+            "id": cfg.model, "object": "model", "created": now_s(), "owned_by": SIM_OWNER,
             "root": cfg.model, "parent": None, "max_model_len": cfg.max_model_len,
+            SIM_CARD_KEY: {"version": __version__, "engine": sim_card_engine(cfg)},
         }  # fmt: skip
         return _json({"object": "list", "data": [card]})
 
