@@ -8,14 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.sim_card import SIM_CARD_KEY, SIM_OWNER
+
 __all__ = ["SIM_CARD_KEY", "SIM_OWNER", "ServedContext", "listed_models", "served_context",
            "simulated_engine"]
 
-#: what the embedded engine's ``/v1/models`` card says of itself (``sim.server``'s
-#: ``SIM_OWNER``, ``SIM_CARD_KEY``; a test keeps the two equal): docs/embedded-engine.md,
-#: "Which step times"
-SIM_OWNER = "workbench-sim"
-SIM_CARD_KEY = "workbench_sim"
 
 #: where each engine puts a model's context length in its ``/v1/models`` entry:
 #: vLLM and SGLang ``max_model_len``; llama.cpp ``meta.n_ctx`` (a slot's context)

@@ -49,6 +49,7 @@ from workbench.sim.wire import (
     prompt_ids,
     vllm_length_rules,
 )
+from workbench.sim_card import SIM_CARD_KEY, SIM_OWNER
 from workbench.tokenizer import get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,6 @@ OVERRUN_FLUSH_EVENTS = 16  # overrun faults: events per write
 MAX_REQUEST_ID = 512  # characters; a longer id is refused with a 400
 SERVER_KEY: web.AppKey[SimServer] = web.AppKey("sim_server")
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-#: a ``/v1/models`` card's ``owned_by`` and the key of what it simulates: the embedded
-#: engine says it is one (docs/embedded-engine.md, "Which step times")
-SIM_OWNER = "workbench-sim"
-SIM_CARD_KEY = "workbench_sim"
 #: the engine knobs the card states: the model, the clock's speed, the cost model
 CARD_KNOBS = ("model", "mode", "speedup", "preset", "zero_cost", *COST_KNOBS)
 
