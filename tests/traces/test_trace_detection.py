@@ -227,3 +227,21 @@ def test_no_reader_imports_a_sibling_reader() -> None:
                  if isinstance(n, ast.ImportFrom) and n.module
                  and n.module.startswith("workbench.traces.")}
         assert not taken & (readers - {stem}), (stem, sorted(taken & readers))
+
+
+@pytest.mark.parametrize("cut", [lambda z: z[:-12], lambda z: z[:50],
+                                 lambda z: z[:-12] + b"\0" * 4])
+def test_a_cut_gzip_trace_is_said_cut_when_its_format_is_guessed(tmp_path, cut):
+    """Detection reads a head; when that head is the whole gzip file, a stream that stops
+    or breaks in it is the file's fault: said as such (not a JSON error on the half row
+    the head inflates to), by the detector and by a load that guesses the format."""
+    import gzip
+
+    row = b'{"timestamp": %d, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]}\n'
+    rows = b"".join(row % (i * 100) for i in range(40))
+    path = tmp_path / "trace.jsonl.gz"
+    path.write_bytes(cut(gzip.compress(rows)))
+    for call in (detect_format, load_trace):
+        with pytest.raises(TraceFormatError) as e:
+            call(path)
+        assert e.value.line == 0 and "gzip data is" in e.value.rule and "JSON" not in e.value.rule

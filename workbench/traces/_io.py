@@ -95,7 +95,8 @@ def open_trace(path: Path, limit: int | None = None, *, inflate: bool = True) ->
     if limit is None and len(data) > cap:  # grew past its size, or a size-0 special file
         raise TraceFormatError(path, 0, _too_big(len(data)))
     if inflate and data[:2] == GZIP_MAGIC:
-        return _inflate(path, data, limit)
+        # a head shorter than asked for is the whole file: its stream must end in it
+        return _inflate(path, data, limit, whole=limit is None or len(data) < limit)
     return data
 
 
@@ -116,9 +117,11 @@ def _read_up_to(fh: BinaryIO, want: int, size: int) -> bytes:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
+def _inflate(path: Path, raw: bytes, limit: int | None, *, whole: bool) -> bytes:
     """A gzip file's content: the first ``limit`` bytes, or all of it within
-    ``bounds.MAX_TRACE_BYTES`` (a bomb stops at the bound); appended members in turn."""
+    ``bounds.MAX_TRACE_BYTES`` (a bomb stops at the bound); appended members in turn.
+    ``whole``: ``raw`` is the whole file, so a stream that breaks or stops short in it
+    is the file's fault, said as such even when only a head is asked for (detection)."""
     import zlib
 
     want = limit if limit is not None else bounds.MAX_TRACE_BYTES + 1
@@ -129,13 +132,13 @@ def _inflate(path: Path, raw: bytes, limit: int | None) -> bytes:
         try:
             out += inflater.decompress(rest, want - len(out))
         except zlib.error as exc:
-            if limit is not None:
+            if not whole:
                 break  # a head cut mid-stream is expected when sniffing
             raise TraceFormatError(path, 0, f"gzip data is broken ({exc})") from None
         if inflater.unconsumed_tail:  # stopped at the bound
             break
         if not inflater.eof:
-            if limit is None:
+            if whole:
                 raise TraceFormatError(path, 0, "gzip data is cut short (a truncated file)")
             break
         rest = inflater.unused_data
