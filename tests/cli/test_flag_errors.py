@@ -113,6 +113,10 @@ TYPE_CASES = [
     ([*SIM, "--drain", "nope"], "argument --drain: invalid choice: 'nope' (choose from "
                                 "'finish', 'truncate')"),
     (["replay", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["stats"], "the following arguments are required: TRACE"),
+    (["stats", SMALL, "--trace", LARGE], f"TRACE given twice ({SMALL!r} and --trace "
+                                         f"{LARGE!r}): give one"),
+    (["tracegen", "-o", "out.csv"], "the following arguments are required: INPUT"),
 ]
 
 

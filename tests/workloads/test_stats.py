@@ -243,6 +243,18 @@ def test_cli_table_names_detected_format(capsys):
     assert "ideal_prefix_hit_rate" in out and "LRU prefix cache" in out
 
 
+def test_cli_takes_the_trace_as_the_replaying_commands_do(capsys):
+    """``stats --trace T`` as ``simulate --trace T``: the same summary as ``stats T``."""
+    from workbench.cli import main
+
+    path = str(data.path("tracelab/multi_session_example.csv"))
+    outs = []
+    for argv in (["stats", path, "--json"], ["stats", "--trace", path, "--json"]):
+        assert main(argv) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[1] and outs[0]["rounds"] > 0
+
+
 def test_cli_json_summary(capsys):
     from workbench.cli import main
 

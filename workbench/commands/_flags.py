@@ -100,3 +100,22 @@ def value_flag(p: Any, *names: str, field: str | None = None,
     action: argparse.Action = p.add_argument(*names, action=Given, kind=kind, field=field,
                                              **kwargs)
     return action
+
+
+def path_argument(p: argparse.ArgumentParser, dest: str, metavar: str, help: str) -> None:
+    """A command's one input as ``METAVAR`` or ``--trace METAVAR``, as the commands that
+    replay take it (``simulate --trace T``): stored under ``dest``; ``given_path`` reads it."""
+    p.add_argument(dest, nargs="?", metavar=metavar, help=f"{help} (or --trace {metavar})")
+    p.add_argument("--trace", dest=f"{dest}_flag", metavar=metavar, help=argparse.SUPPRESS)
+
+
+def given_path(args: argparse.Namespace, dest: str, metavar: str) -> str:
+    """The input of ``path_argument``: exactly one of the two ways, or the parser's error."""
+    parser: argparse.ArgumentParser = args._parser
+    bare, flagged = getattr(args, dest), getattr(args, f"{dest}_flag")
+    if bare is not None and flagged is not None:
+        parser.error(f"{metavar} given twice ({bare!r} and --trace {flagged!r}): give one")
+    path = bare if bare is not None else flagged
+    if path is None:
+        parser.error(f"the following arguments are required: {metavar}")
+    return str(path)

@@ -34,9 +34,10 @@ SPAN_REMEDY = ("when replaying it, rescale the arrivals with replay --rate R (ar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from workbench.commands._flags import path_argument
     from workbench.context import POLICIES
 
-    parser.add_argument("trace", metavar="TRACE", help="trace file (any supported format)")
+    path_argument(parser, "trace", "TRACE", "trace file (any supported format)")
     parser.add_argument(
         "--format", default="auto", metavar="FMT", help="trace format (default: detect)"
     )
@@ -76,6 +77,7 @@ def _block_size(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from workbench.arrival.schedule import span_warning
     from workbench.commands._axes import json_items
+    from workbench.commands._flags import given_path
     from workbench.config.context import check_not_planned
     from workbench.context import DEFAULT_POLICY
     from workbench.traces.load import FORMATS, available_formats, detect_format
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from workbench.workloads.trace_stats import trace_stats
 
     available_formats()  # registers the built-in readers before names are resolved
+    args.trace = given_path(args, "trace", "TRACE")
     options: dict[str, Any] = json_items(args.trace_option, "--trace-option")
     if args.trace.startswith("synthetic:"):  # a standard workload, drawn (no format)
         fmt = "synthetic"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from workbench.commands._flags import value_flag
+from workbench.commands._flags import given_path, path_argument, value_flag
 from workbench.context.policy import (
     DEFAULT_POLICY,
     MAJOR_COMPACTION_MIN_DROP_RATIO,
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "first, then arrivals are drawn (so a capped trace keeps its rate), then\nthe trace "
         "is rebased so its first session arrives at 0.\n\n" + SYNTHETIC_HELP
     )
-    parser.add_argument("input", metavar="INPUT", help="trace path or synthetic:KEY=VALUE,...")
+    path_argument(parser, "input", "INPUT", "trace path or synthetic:KEY=VALUE,...")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.csv", help="output CSV")
     parser.add_argument(
         "--policy",
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     # every field of the spec is the flag of its name (the format's: --format)
     spec = TracegenSpec(fmt=args.format, **{
         f.name: getattr(args, f.name) for f in dataclasses.fields(TracegenSpec) if f.name != "fmt"})
-    result = tracegen(args.input, args.output, spec)
+    result = tracegen(given_path(args, "input", "INPUT"), args.output, spec)
     m = result.manifest
     p = m["parameters"]
     print(
