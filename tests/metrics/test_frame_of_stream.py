@@ -8,9 +8,17 @@ import dataclasses
 
 import numpy as np
 import orjson
+import pytest
 
 from workbench.metrics import summarize
-from workbench.metrics.frame import DERIVED_COLUMNS, LIST_COLUMNS, frame_of_stream, to_frame
+from workbench.metrics.derive import all_ones, append_ints
+from workbench.metrics.frame import (
+    DERIVED_COLUMNS,
+    LIST_COLUMNS,
+    FrameStream,
+    frame_of_stream,
+    to_frame,
+)
 from workbench.records import RequestRecord, RunResult
 
 
@@ -58,3 +66,49 @@ def test_streamed_frame_derives_what_to_frame_derives(tracelab_run: RunResult) -
 
 def test_streamed_frame_of_no_records() -> None:
     assert len(frame_of_stream(iter([]))) == 0
+
+
+def _ones_then(run: RunResult, at: int | None) -> list[RequestRecord]:
+    """``run``'s records, a virtual run's (every token count 1), with record ``at``'s
+    counts no longer all ones (None: none edited)."""
+    recs = list(run.records)
+    assert all(c == 1 for r in recs for c in r.token_counts) and len(recs) > 4
+    if at is not None:
+        r = recs[at]
+        recs[at] = dataclasses.replace(r, token_counts=[2, *r.token_counts[1:]])
+    return recs
+
+
+@pytest.mark.parametrize("at", [None, 0, 3, -1], ids=["all-ones", "first", "fourth", "last"])
+def test_counts_of_ones_are_not_stored_and_derive_the_same(tracelab_run: RunResult,
+                                                           at: int | None) -> None:
+    recs = _ones_then(tracelab_run, at)
+    stream = FrameStream()
+    for r in recs[:3]:
+        stream.add(r)
+    # a virtual run's counts (all ones) are held as their number: no 8 B a token
+    held = 0 if at in (None, 3, -1) else sum(len(r.token_counts) for r in recs[:3])
+    assert len(stream._counts) == held  # (from the first row not all ones on, every count)
+    assert _summary_bytes(tracelab_run, recs, stream=True) == _summary_bytes(
+        tracelab_run, recs, stream=False)
+    want, got = to_frame(recs), frame_of_stream(iter(recs))
+    for col in DERIVED_COLUMNS:
+        if col not in LIST_COLUMNS:
+            assert np.array_equal(got[col].to_numpy(), want[col].to_numpy(), equal_nan=True), col
+    assert [g.tolist() for g in got["itl_ms"]] == list(want["itl_ms"])
+
+
+def test_all_ones_is_what_append_ints_takes_as_ones() -> None:
+    from array import array
+
+    long_floats = [1.0] * (4096 + 1)
+    with pytest.raises(TypeError):  # fromlist refuses a float: not ones, raises as before
+        append_ints(array("q"), long_floats)
+    assert not all_ones(long_floats)
+    for ones in ([], [1, 1.0, True], [1] * 5000, [True] * 5000, np.ones(7, dtype=np.int64)):
+        assert all_ones(ones)
+        buf = array("q")
+        append_ints(buf, ones)
+        assert buf.tolist() == [1] * len(ones)
+    for other in ([1, 2], [0], (1, 1), np.ones(3, dtype=np.int32), np.array([1, 0])):
+        assert not all_ones(other)

@@ -110,7 +110,7 @@ class VirtualExecutor:
         self.signalled = SignalStop()
 
     def open_files(self, session: ReplaySession) -> None:
-        session.open_writers()
+        session.open_writers(per_turn=True)  # docs/virtual-time.md, "Record writes"
 
     async def play(self, session: ReplaySession, target: Target,
                    stop: asyncio.Event | None) -> None:

@@ -91,6 +91,17 @@ def append_ints(buf: array[int], values: Sequence[int]) -> None:
         buf.fromlist(values)
 
 
+def all_ones(values: Sequence[int]) -> bool:
+    """Every value is a one ``append_ints`` takes as 1: in a list it extends from a block
+    of ones (1, 1.0, True), in a longer list only ints and flags (what ``fromlist`` reads
+    as 1), or an int64 array of ones; so they need not be stored (``FrameStream``)."""
+    if isinstance(values, np.ndarray):
+        return values.dtype == np.int64 and bool((values == 1).all())
+    if type(values) is not list or values.count(1) != len(values):
+        return False
+    return len(values) <= len(_ONES) or all(type(v) is int or type(v) is bool for v in values)
+
+
 def int64_view(buf: array[int]) -> np.ndarray:
     """An int64 array over ``buf``'s memory (no copy)."""
     return np.frombuffer(buf, dtype=np.int64) if len(buf) else np.empty(0, dtype=np.int64)

@@ -18,6 +18,7 @@ from workbench.errors import ConfigError
 from workbench.metrics.derive import (
     INPUTS,
     TokenRows,
+    all_ones,
     append_ints,
     derive,
     int64_view,
@@ -131,6 +132,9 @@ class FrameStream:
         self._times, self._counts = array("q"), array("q")
         self._n_times: list[int] = []
         self._n_counts: list[int] = []
+        #: how many counts so far while every one is 1 (a virtual run's: one token an
+        #: event), held as that number, not 8 B each; None once one is not
+        self._ones: int | None = 0
 
     def add(self, r: RequestRecord) -> None:
         for name, append in self._appends:
@@ -144,7 +148,13 @@ class FrameStream:
 
     def _tokens(self, times: Sequence[int], counts: Sequence[int]) -> None:
         append_ints(self._times, times)
-        append_ints(self._counts, counts)
+        if self._ones is not None and all_ones(counts):
+            self._ones += len(counts)
+        else:
+            if self._ones is not None:  # the ones so far, then this row's counts
+                self._counts = array("q", [1]) * self._ones
+                self._ones = None
+            append_ints(self._counts, counts)
         self._n_times.append(len(times))
         self._n_counts.append(len(counts))
 
@@ -155,9 +165,11 @@ class FrameStream:
 
     def columns(self) -> tuple[dict[str, Any], np.ndarray]:
         """What ``frame`` makes its frame of, once, without pandas: ``frame_columns``."""
-        n_times = self._n_times
+        n_times, ones = self._n_times, self._ones
+        # every count 1: one read-only int64 1 seen as the whole row (no memory a token)
+        counts = int64_view(self._counts) if ones is None else np.broadcast_to(np.int64(1), ones)
         tokens = (TokenRows(int64_view(self._times), np.array(n_times, dtype=np.int64)),
-                  TokenRows(int64_view(self._counts), np.array(self._n_counts, dtype=np.int64)))
+                  TokenRows(counts, np.array(self._n_counts, dtype=np.int64)))
         raw: dict[str, Any] = dict(self.raw)
         raw["token_times_ns"] = [[] for _ in n_times]
         raw["token_counts"] = [[] for _ in n_times]

@@ -105,8 +105,10 @@ class RecordSinks:
         if not self.keep:  # memory flat in the run's size: see workbench/heap.py
             heap.prepare()
 
-    def open_writers(self) -> None:
-        """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process)."""
+    def open_writers(self, *, per_turn: bool = False) -> None:
+        """``records.jsonl`` and ``lifecycle.jsonl`` written as the run goes (in-process):
+        each line as it comes, or ``per_turn`` (virtual time) the lines of one loop turn in
+        one write at the next turn, before the loop's next step (``RecordWriter``)."""
         if self.run_dir is None:
             return
         from workbench.metrics.columns import RecordTables, available
@@ -117,7 +119,7 @@ class RecordSinks:
         for name in ("records", "lifecycle"):
             self._writers[name] = RecordWriter(
                 self.run_dir / f"{name}.jsonl", max_delay_ms=flush_ms or None,
-                on_error=self.on_write_error,
+                per_turn=per_turn, on_error=self.on_write_error,
             )
 
     def close_writers(self) -> None:
@@ -425,8 +427,7 @@ class ReplaySession(RecordSinks):
             return
         if self.timeline:
             with RecordWriter(self.run_dir / "metrics_timeline.jsonl") as tw:
-                for row in self.timeline:
-                    tw.write(row)
+                tw.write_all(self.timeline)
         write_manifest(self.run_dir, self.manifest)
         # records not kept: the summary reads them from disk (the columns of records.parquet);
         # the result carries the summary written (its SLO: the manifest's, the config's)

@@ -126,7 +126,10 @@ def loads_line(line: bytes) -> Any:
 
 class RecordWriter:
     """Append one JSON line per ``write`` (a ``RequestRecord``, a dataclass or a dict), on
-    disk when it returns unless batched (``max_delay_ms``); ``fsync`` survives a power cut."""
+    disk when it returns unless batched: by time (``max_delay_ms``), or ``per_turn``, the
+    lines of one turn of the running event loop written together at the start of its next
+    turn (a virtual run's records: docs/virtual-time.md, "Record writes: one per loop
+    turn"); ``fsync`` survives a power cut."""
 
     def __init__(
         self,
@@ -136,6 +139,7 @@ class RecordWriter:
         fsync: bool = False,
         max_delay_ms: float | None = None,
         max_batch: int = 512,
+        per_turn: bool = False,
         on_error: Callable[[OutputWriteError], None] | None = None,
     ):
         self.path = Path(path)
@@ -153,10 +157,12 @@ class RecordWriter:
         self._fsync = fsync
         self._max_delay_s = None if max_delay_ms is None else max_delay_ms / 1000
         self._max_batch = max_batch
+        self._per_turn = per_turn and max_delay_ms is None
         self._pending: list[bytes] = []
         self._first_pending = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self.count = 0
+        self.writes = 0  # write calls made (a batch is one)
 
     def write(self, obj: Any) -> None:
         self.write_line(obj)
@@ -169,16 +175,18 @@ class RecordWriter:
         line = redact.line(raw)  # no secret reaches a file (workbench.redact)
         self.count += 1
         mirrored = line if own and line is raw else None
-        if self._max_delay_s is None:
+        delay = self._max_delay_s
+        if delay is None and not self._per_turn:
             self._write_out(line)
             return mirrored
         pending = self._pending
         pending.append(line)
         if len(pending) == 1:
-            self._first_pending = time.monotonic()
+            if delay is not None:
+                self._first_pending = time.monotonic()
             self._arm_timer()
         if len(pending) >= self._max_batch or (
-            time.monotonic() - self._first_pending >= self._max_delay_s
+            delay is not None and time.monotonic() - self._first_pending >= delay
         ):
             self.flush()
         return mirrored
@@ -189,8 +197,12 @@ class RecordWriter:
         except RuntimeError:  # no loop to wake us later: do not hold the line
             self.flush()
             return
-        if self._timer is None and self._max_delay_s is not None:
+        if self._timer is not None:
+            return
+        if self._max_delay_s is not None:
             self._timer = loop.call_later(self._max_delay_s, self._on_timer)
+        elif self._per_turn:  # after every callback of this turn: before a virtual
+            self._timer = loop.call_soon(self._on_timer)  # loop's next step or time advance
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -229,10 +241,22 @@ class RecordWriter:
             self._on_error(self.error)
             return
         self._size += len(data)
+        self.writes += 1
 
     def write_all(self, objs: Iterable[Any]) -> None:
+        """``write`` of each; unbatched, their lines go out ``max_batch`` to a ``write``
+        call, every one on disk when it returns (a run's timeline: one call, not a line's)."""
+        if self._max_delay_s is not None or self._per_turn:
+            for obj in objs:
+                self.write(obj)
+            return
+        pending = self._pending
         for obj in objs:
-            self.write(obj)
+            pending.append(redact.line(_line(obj)[0]))  # no secret reaches a file
+            self.count += 1
+            if len(pending) >= self._max_batch:
+                self.flush()
+        self.flush()
 
     def close(self) -> None:
         if not self._fh.closed:
