@@ -12,10 +12,13 @@ from typing import Any
 
 TRIM_EVERY = 5_000  # finished requests between two malloc_trim calls
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-MMAP_THRESHOLD_BYTES = 64 * 1024
 #: what asyncio's socket transport asks ``recv`` for at each read (its ``max_size``): a
 #: bytes object that large is allocated, then shrunk to the bytes that came
 READ_BYTES = 256 * 1024
+#: the fixed threshold (``prepare``): above a read's buffer, or each read of the replay
+#: client on plain asyncio is mapped, shrunk and unmapped (docs/design-notes.md, "Memory
+#: of long runs"); fixed, so glibc does not raise it to every larger block freed
+MMAP_THRESHOLD_BYTES = 2 * READ_BYTES
 
 
 @functools.cache
@@ -33,7 +36,8 @@ def _libc() -> Any:
 
 
 def prepare() -> bool:
-    """Fix glibc's mmap threshold for this process; False where there is no glibc."""
+    """Fix glibc's mmap threshold for this process (``MMAP_THRESHOLD_BYTES``: a socket
+    read's buffer stays below it); False where there is no glibc."""
     libc = _libc()
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 

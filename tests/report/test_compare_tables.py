@@ -11,7 +11,7 @@ from test_plots import make_run, rec
 
 from workbench.metrics.frame import ok_rows
 from workbench.records import RunResult
-from workbench.report import compare
+from workbench.report import compare, tables
 
 LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "e2e_ms": "E2E (ms)"}
 
@@ -51,3 +51,21 @@ def test_the_change_table_names_metrics_by_label() -> None:
     assert ttft["baseline"] == pytest.approx(float(np.percentile(values, 50)))
     line = compare.change_line("b", changes)  # the headline's words stay the catalog's
     assert line.startswith("identical runs: every TTFT and TPOT value"), line
+
+
+def test_the_change_line_selects_by_the_metric_key_not_by_parsing_a_label() -> None:
+    """Each row keeps its metric's name as the index (``KEY_INDEX``), hidden from the
+    reader, kept in the export; the headline's line reads it, so relabelling the shown
+    column (``TTFT (ms)`` → anything) changes nothing it says."""
+    runs = {"a": sized("a", 12), "b": sized("b", 40)}
+    changes = compare.change_table(runs, n_boot=50)
+    assert changes.index.name == tables.KEY_INDEX
+    assert list(dict.fromkeys(changes.index)) == list(compare.CI_METRICS)
+    assert [LABELS[k] for k in changes.index] == list(changes["metric"])
+    line = compare.change_line("b", changes)
+    relabelled = changes.assign(metric="another label")
+    assert compare.change_line("b", relabelled) == line
+    assert line.startswith("TTFT p50 "), line
+    shown = tables.show(changes)
+    assert "ttft_ms" not in shown.html() and "TTFT (ms)" in shown.html()
+    assert shown.payload()["index"][0] == "ttft_ms"  # the export keeps the key

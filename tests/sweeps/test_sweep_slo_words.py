@@ -45,20 +45,20 @@ def test_the_table_shows_the_percentile_each_bound_was_judged_on(
     _sweep(tmp_path, "p99", "ttft_ms:p99<=60000", "tpot_ms:p50<=1000")
     head, *rows = _table(capsys.readouterr().out)
     s = load_sweep(tmp_path / "p99")
-    for col in ("TTFT p99", "TPOT p50"):  # the report's names (test_sweep_tables_words.py)
+    for col in ("TTFT p99 (ms)", "TPOT p50 (ms)"):  # as the report (test_sweep_tables_words)
         assert col in head
     for row, p in zip(rows, sorted(s.points, key=lambda p: p["params"]["arrival.rate"]),
                       strict=True):
         m = p["metrics"]
-        assert float(row[head.index("TTFT p99")]) == pytest.approx(
+        assert float(row[head.index("TTFT p99 (ms)")]) == pytest.approx(
             m["slo:ttft_ms:p99"], rel=5e-3)
-        assert float(row[head.index("TPOT p50")]) == pytest.approx(
+        assert float(row[head.index("TPOT p50 (ms)")]) == pytest.approx(
             m["slo:tpot_ms:p50"], rel=5e-3)
         assert int(row[head.index("requests")]) == 30
     table = points_table(as_sweeps(s))
-    assert list(table["TTFT p99"]) == pytest.approx(
+    assert list(table["TTFT p99 (ms)"]) == pytest.approx(
         [p["metrics"]["slo:ttft_ms:p99"] for p in s.points])
-    assert "TPOT p50" in table
+    assert "TPOT p50 (ms)" in table
 
 
 def test_a_per_request_bound_is_judged_not_dropped(

@@ -97,10 +97,12 @@ def test_the_cli_table_names_its_columns_as_the_report_and_shows_its_numbers(
         assert cell[label["request_throughput_rps"]] == sig(m["request_throughput_rps"])
         assert cell["requests"] == sig(m["requests"]) == "30"
         assert cell["SLO held"] == str(p["slo"]["held"])
-    # the units the names leave out, said under the table
+    # a latency names its unit as every table does; the fractions are said under the table
+    assert label["ttft_ms_p90"] == catalog.with_unit("ttft_ms", "p90") == "TTFT p90 (ms)"
+    assert all(f"{catalog.with_unit(m, 'p90')}" in head for m in catalog.SCALAR_LATENCY), head
     after = out.splitlines()[out.splitlines().index(next(
         line for line in out.splitlines() if line.lstrip().startswith("arrival.rate"))) + 3]
-    assert "latencies in ms" in after, after
+    assert "fractions 0-1" in after and "latencies in ms" not in after, after
 
 
 def test_a_points_run_words_its_per_request_bound_as_the_sweep_does(

@@ -25,8 +25,8 @@ def test_azure_stats_and_simulate_end_to_end(tmp_path):
     stats = _cli("stats", str(CONV), cwd=tmp_path)
     assert stats.returncode == 0, stats.stderr
     assert re.search(r"^format +azure \(detected\)$", stats.stdout, re.M)
-    assert re.search(r"^  independent +150$", stats.stdout, re.M)
-    assert re.search(r"^  arrival_span_ms +50,631\.1$", stats.stdout, re.M)
+    assert re.search(r"^  independent requests +150$", stats.stdout, re.M)
+    assert re.search(r"^  arrival span \(ms\) +50,631\.1$", stats.stdout, re.M)
     sim = _cli("simulate", "--trace", str(CONV), "--max-items", "40", "-o",
                str(tmp_path / "runs"), "--json", cwd=tmp_path)
     assert sim.returncode == 0, sim.stderr
@@ -38,7 +38,7 @@ def test_burstgpt_stats_and_simulate_take_the_reader_options(tmp_path):
     stats = _cli("stats", str(BURST), "--trace-option", "model=GPT-4", cwd=tmp_path)
     assert stats.returncode == 0, stats.stderr
     assert re.search(r"^format +burstgpt \(detected\)$", stats.stdout, re.M)
-    assert re.search(r"^  independent +3$", stats.stdout, re.M)
+    assert re.search(r"^  independent requests +3$", stats.stdout, re.M)
     sim = _cli("simulate", "--trace", str(BURST), "--trace-option", "log_type=API log",
                "-o", str(tmp_path / "runs"), "--json", cwd=tmp_path)
     assert sim.returncode == 0, sim.stderr

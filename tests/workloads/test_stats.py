@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 from collections import OrderedDict
@@ -240,7 +241,11 @@ def test_cli_table_names_detected_format(capsys):
     assert main(["stats", str(data.path("mooncake/conversation_trace_head600.jsonl"))]) == 0
     out = capsys.readouterr().out
     assert "format  mooncake (detected)" in out
-    assert "ideal_prefix_hit_rate" in out and "LRU prefix cache" in out
+    assert "ideal hit rate" in out and "LRU prefix cache" in out
+    # words with units, as the report's tables: no summary key (``p90_tool_wait_ms``)
+    assert "tool wait p90 (ms)" in out and "prompt p99 (tokens)" in out, out
+    table = out[out.index("\nshape"):out.index("LRU prefix cache")]
+    assert not re.search(r"\b[a-z]+_[a-z0-9_]+\b", table), table
 
 
 def test_cli_takes_the_trace_as_the_replaying_commands_do(capsys):

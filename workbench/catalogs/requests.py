@@ -114,10 +114,13 @@ def label(name: str, *, long: bool = False) -> str:
     return name if row is None else row.title if long else row.label
 
 
-def with_unit(name: str) -> str:
-    """``"TTFT (ms)"``: a metric's label and its unit, as a table's row or column names it."""
+def with_unit(name: str, stat: str = "") -> str:
+    """``"TTFT (ms)"``: a metric's label and its unit, as a table's row or column names it;
+    with a ``stat``, the statistic between them: ``"TTFT p90 (ms)"``."""
     row = get(name)
-    return name if row is None else f"{row.label} ({row.unit})"
+    if row is None:
+        return f"{name} {stat}" if stat else name
+    return f"{row.label} {stat} ({row.unit})" if stat else f"{row.label} ({row.unit})"
 
 
 #: the columns ``to_frame`` derives, in frame order

@@ -11,20 +11,40 @@ from typing import Any
 NAME = "stats"
 HELP = "summarize a trace: units, rounds, token sizes, tool waits, planned and ideal prefix hits"
 
-_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("shape", ("units", "sessions", "independent", "rounds", "mean_rounds_per_unit",
-               "arrival_span_ms")),
-    ("agents", ("agent_tasks", "subagents", "max_depth", "max_fanout",
-                "detached_subagents")),
-    ("tokens", ("total_prompt_tokens", "total_prefix_tokens", "total_input_tokens",
-                "total_output_tokens", "folded_prefix_tokens", "major_compaction_rounds",
-                "mean_input_tokens", "mean_output_tokens", "p50_prompt_tokens",
-                "p90_prompt_tokens", "p99_prompt_tokens", "p50_output_tokens",
-                "p90_output_tokens", "p99_output_tokens")),
-    ("tool waits", ("total_tool_wait_ms", "p50_tool_wait_ms", "p90_tool_wait_ms",
-                    "p99_tool_wait_ms")),
-    ("prefix cache", ("planned_prefix_hit_rate", "ideal_prefix_hit_rate", "block_size",
-                      "working_set_blocks", "working_set_tokens")),
+#: the table's sections and rows: each summary key (``--json`` keeps the keys) in words with
+#: its unit, as the report's tables name theirs (``TTFT p90 (ms)``, ``duration (s)``)
+_SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("shape", (("units", "units"), ("sessions", "sessions"),
+               ("independent", "independent requests"), ("rounds", "rounds"),
+               ("mean_rounds_per_unit", "rounds per unit (mean)"),
+               ("arrival_span_ms", "arrival span (ms)"))),
+    ("agents", (("agent_tasks", "agent tasks"), ("subagents", "sub-agents"),
+                ("max_depth", "sub-agent depth (max)"),
+                ("max_fanout", "sub-agents of one round (max)"),
+                ("detached_subagents", "detached sub-agents"))),
+    ("tokens", (("total_prompt_tokens", "prompt (tokens, total)"),
+                ("total_prefix_tokens", "reused prefix (tokens, total)"),
+                ("total_input_tokens", "new input (tokens, total)"),
+                ("total_output_tokens", "output (tokens, total)"),
+                ("folded_prefix_tokens", "folded prefix (tokens, total)"),
+                ("major_compaction_rounds", "major compaction rounds"),
+                ("mean_input_tokens", "prompt (tokens, mean)"),
+                ("mean_output_tokens", "output (tokens, mean)"),
+                ("p50_prompt_tokens", "prompt p50 (tokens)"),
+                ("p90_prompt_tokens", "prompt p90 (tokens)"),
+                ("p99_prompt_tokens", "prompt p99 (tokens)"),
+                ("p50_output_tokens", "output p50 (tokens)"),
+                ("p90_output_tokens", "output p90 (tokens)"),
+                ("p99_output_tokens", "output p99 (tokens)"))),
+    ("tool waits", (("total_tool_wait_ms", "tool wait total (ms)"),
+                    ("p50_tool_wait_ms", "tool wait p50 (ms)"),
+                    ("p90_tool_wait_ms", "tool wait p90 (ms)"),
+                    ("p99_tool_wait_ms", "tool wait p99 (ms)"))),
+    ("prefix cache", (("planned_prefix_hit_rate", "planned hit rate"),
+                      ("ideal_prefix_hit_rate", "ideal hit rate (infinite cache)"),
+                      ("block_size", "block size (tokens)"),
+                      ("working_set_blocks", "working set (blocks)"),
+                      ("working_set_tokens", "working set (tokens)"))),
 )  # fmt: skip
 
 #: what to do about a long arrival span, in the flags of the command that replays (``stats``
@@ -137,13 +157,14 @@ def _fmt(key: str, value: Any) -> str:
 
 
 def _table(summary: dict[str, Any]) -> list[str]:
-    width = max(len(k) for _, keys in _SECTIONS for k in keys)
+    width = max(len(words) for _, rows in _SECTIONS for _, words in rows)
     out: list[str] = []
-    for title, keys in _SECTIONS:
+    for title, rows in _SECTIONS:
         if title == "agents" and not summary.get("subagents"):
             continue  # no session graph: every unit is its own task
         out.append(f"\n{title}")
-        out.extend(f"  {k:<{width}}  {_fmt(k, summary.get(k))}" for k in keys if k in summary)
+        out.extend(f"  {words:<{width}}  {_fmt(k, summary.get(k))}"
+                   for k, words in rows if k in summary)
     return out
 
 

@@ -40,6 +40,7 @@ from workbench.report.headline import (
 )
 from workbench.report.tables import (
     HIT_RATES,
+    KEY_INDEX,
     PLANNED_OF_REPORTED,
     as_float,
     as_summary,
@@ -311,13 +312,15 @@ CHANGE_QS: tuple[float, ...] = (50, 90)
 def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                  qs: Sequence[float] = CHANGE_QS, *, n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> pd.DataFrame:
-    """Per run after the baseline, metric (its catalog label and unit, ``TTFT (ms)``) and
-    percentile: both values (ms), the change with
+    """Per run after the baseline, metric (its catalog label and unit, ``TTFT (ms)``; its
+    name, ``ttft_ms``, is the index, ``KEY_INDEX``: what code selects by, hidden from a
+    reader and kept in the export) and percentile: both values (ms), the change with
     its bootstrap interval and in %, whether it is significant and the verdict in words,
     what was resampled and in which design (paired when both runs replay the same
     sessions: ``design``)."""
     labels = list(runs)
     rows = []
+    keys: list[str] = []  # each row's metric name: the index (``change_line`` reads it)
     if labels:
         base_label = labels[0]
         frames = {label: ok_rows(run) for label, run in runs.items()}
@@ -336,6 +339,7 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                     ref = quantiles(base.values, (q,))[0] if base.values.size else math.nan
                     significant, verdict = (None, IDENTICAL) if same else _verdict(
                         lo, hi, q, units)
+                    keys.append(metric)
                     rows.append({
                         "metric": catalog.with_unit(metric), "run": label, "stat": f"p{q:g}",
                         "baseline": ref, "value": ref + change, "change": change,
@@ -347,7 +351,8 @@ def change_table(runs: Mapping[str, Any], metrics: Sequence[str] = CI_METRICS,
                     })  # fmt: skip
     df = pd.DataFrame(rows, columns=["metric", "run", "stat", "baseline", "value", "change",
                                      "change lo", "change hi", "change (%)", "significant",
-                                     "verdict", "n baseline", "n run", "resampled", "design"])
+                                     "verdict", "n baseline", "n run", "resampled", "design"],
+                      index=pd.Index(keys, name=KEY_INDEX, dtype=object))
     return named(df, "latency_change")
 
 
@@ -476,21 +481,20 @@ def change_line(label: str, changes: pd.DataFrame) -> str:
     """``"TTFT p50 +12.3 ms [+8.1, +16] significant, p90 ..."`` for one run (TTFT and
     TPOT, as in the headline), each change's verdict as the table's ``verdict``."""
     parts = []
-    words = {catalog.with_unit(m): METRIC_NAMES[m] for m in HEADLINE_CHANGES}
-    mine = changes[(changes["run"] == label) & changes["metric"].isin(list(words))]
+    mine = changes[(changes["run"] == label) & changes.index.isin(HEADLINE_CHANGES)]
     if len(mine) and (mine["verdict"] == IDENTICAL).all():
-        names = " and ".join(words[str(m)] for m in mine["metric"].unique())
+        names = " and ".join(METRIC_NAMES[str(m)] for m in mine.index.unique())
         why = (" (the same run given twice, or a deterministic replay repeated)"
                if (mine["design"] == "paired").all() else "")
         return f"identical runs: every {names} value is equal in both{why}, no change to judge"
-    for metric, part in mine.groupby("metric", sort=False):
+    for metric, part in mine.groupby(level=KEY_INDEX, sort=False):
         if (part["verdict"] == IDENTICAL).all():
-            parts.append(f"{words[str(metric)]} identical in both runs "
+            parts.append(f"{METRIC_NAMES[str(metric)]} identical in both runs "
                          "(every value equal), no change to judge")
             continue
         stats = [f"{r['stat']} {_change_text(r['change'], r['change lo'], r['change hi'])} "
                  f"{r['verdict']}" for _, r in part.iterrows()]
-        parts.append(f"{words[str(metric)]} " + ", ".join(stats))
+        parts.append(f"{METRIC_NAMES[str(metric)]} " + ", ".join(stats))
     return "; ".join(parts)
 
 

@@ -17,24 +17,25 @@ from workbench.sweeps.groups import RATE_AXIS, capacities, in_load_order, load_a
 from workbench.sweeps.points import STATS
 from workbench.sweeps.store import OVER_RATE, Sweep
 
-#: what ``points_table`` shows, and its column names (units in ``POINTS_CAPTION``); the
-#: repeats only when a point had more than one
+#: what ``points_table`` shows, and its column names, with their units as every table
+#: names a metric (``catalog.with_unit``: ``TTFT p90 (ms)``); the repeats only when a
+#: point had more than one
 POINT_SHOWN: tuple[tuple[str, str], ...] = (
     ("requests", "requests"),
-    *((f"{m}_p90", f"{catalog.label(m)} p90") for m in SCALAR_LATENCY),
+    *((f"{m}_p90", catalog.with_unit(m, "p90")) for m in SCALAR_LATENCY),
     ("request_throughput_rps", "throughput (req/s)"), ("goodput_rps", "goodput (req/s)"),
     ("actual_prefix_hit_rate", "hit"), ("preemptions", "preemptions"), ("ok_rate", "ok"),
     ("repeats", "repeats"), ("slo_held", "SLO held"),
 )  # fmt: skip
 #: what the points table's names leave out: the report's caption, the CLI's line under it
-POINTS_CAPTION = ("Points in load order (means over repeats; latencies in ms; hit, ok and "
-                  "shares as fractions 0-1)")
+POINTS_CAPTION = ("Points in load order (means over repeats; hit, ok and shares as "
+                  "fractions 0-1)")
 
 
 def slo_columns(sweep: Sweep) -> list[tuple[str, str]]:
     """``(frame column, label)`` of the SLO's bounds whose observed value the points table
     does not show already: a bound's percentile (``ttft_ms:p99``: column ``ttft_ms_p99``
-    or ``slo:ttft_ms:p99``, ``TTFT p99``) or a per-request bound's attained share
+    or ``slo:ttft_ms:p99``, ``TTFT p99 (ms)``) or a per-request bound's attained share
     (``ttft_ms<=2000``: ``slo:ttft_ms``, ``share within TTFT ≤ 2 s``, the bound in the
     verdict's words), so the verdict's numbers stand in the table under it."""
     shown = {k for k, _ in POINT_SHOWN}
@@ -44,7 +45,7 @@ def slo_columns(sweep: Sweep) -> list[tuple[str, str]]:
         if key == "ok":
             continue
         if pct:
-            name, text = f"{metric}_{pct}", f"{catalog.label(metric)} {pct}"
+            name, text = f"{metric}_{pct}", catalog.with_unit(metric, pct)
             if name in shown:
                 continue
             # the summary's own percentile when it keeps that one: the same number
@@ -119,7 +120,7 @@ def _repeated(df: pd.DataFrame) -> bool:
 
 def points_table(sweeps: Mapping[str, Sweep], *, held: str | None = None,
                  over: Mapping[int, Any] | None = None) -> pd.DataFrame:
-    """A row per finished point in load order: the axes and ``POINT_SHOWN`` (ms, 0-1;
+    """A row per finished point in load order: the axes and ``POINT_SHOWN`` (0-1:
     ``POINTS_CAPTION``). ``held``: the verdict column's name (default ``held_label``);
     ``over``: the points over ``--max-error-rate`` as the caller judged them (default: as
     the sweep keeps them), marked in a column when there are any."""
