@@ -16,7 +16,7 @@ import pytest
 from workbench.data import path as data_path
 from workbench.metrics import summarize
 from workbench.metrics.columns import _FROM_GAPS, Columns
-from workbench.metrics.frame import COLUMNS, FrameStream, frame_of_stream
+from workbench.metrics.frame import COLUMNS, FrameStream, frame_of_stream, to_frame
 from workbench.records import RequestRecord, RunResult
 from workbench.storage.columnar import EXTRA_INT_FIELDS
 
@@ -90,20 +90,28 @@ def test_the_summary_over_it_is_the_in_memory_one(tracelab_run: RunResult) -> No
     assert cols._src._df is None  # every column the summary read was read without pandas
     held = RunResult(result.run_id, recs, manifest=result.manifest, lifecycle=[],
                      metrics_timeline=result.metrics_timeline)  # fmt: skip
-    want = summarize(held)
+    want = summarize(held, frame=to_frame(held))  # over the frame pandas makes
     assert orjson.dumps(got, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+        want, option=orjson.OPT_SORT_KEYS)
+    # records held in memory are read the streamed way too (no frame made)
+    assert orjson.dumps(summarize(held), option=orjson.OPT_SORT_KEYS) == orjson.dumps(
         want, option=orjson.OPT_SORT_KEYS)
 
 
-def test_a_streamed_digest_imports_no_pandas(tmp_path) -> None:
-    """``run_digest`` of a run whose records are on disk, in a process of its own."""
-    cfg = tmp_path / "on-disk.json"
-    cfg.write_text('{"executor": {"keep_records": false}}')
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_simulated_run_imports_no_pandas(tmp_path, kept: bool) -> None:
+    """``simulate`` in a process of its own, its records on disk (``--digest``:
+    ``run_digest`` reads them back) or held (the summary reads them): neither imports
+    pandas, nor the HTTP client or the notebook widgets (docs/virtual-time.md, "Start-up")."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"executor": {"keep_records": %s}}' % ("true" if kept else "false"))
+    digest = "" if kept else "'--digest', "
     code = ("import sys\nfrom workbench.cli import main\n"
-            f"sys.argv = ['workbench', 'simulate', '--trace', {TRACE!r}, '--digest',\n"
+            f"sys.argv = ['workbench', 'simulate', '--trace', {TRACE!r}, {digest}\n"
             f"            '--config', {str(cfg)!r}, '-o', {str(tmp_path)!r}]\n"
-            "status = main()\nprint(status, 'pandas' in sys.modules)\n")
+            "status = main()\n"
+            "print(status, [m for m in ('pandas', 'aiohttp', 'ipywidgets') if m in sys.modules])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout  # fmt: skip
-    assert "digest: " in out
-    assert out.split()[-2:] == ["0", "False"]
+    assert ("digest: " in out) is not kept
+    assert out.splitlines()[-1] == "0 []"

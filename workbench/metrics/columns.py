@@ -20,7 +20,7 @@ import numpy as np
 
 from workbench import safe_write as safe
 from workbench.metrics.derive import FLOAT_COLUMNS, INT_COLUMNS, TokenRows, derive, int_rows
-from workbench.metrics.frame import FLAGS, NS_COLUMNS, FrameStream, frame_of, to_frame
+from workbench.metrics.frame import FLAGS, NS_COLUMNS, FrameStream, as_records, frame_of, is_frame
 from workbench.records import RequestRecord
 from workbench.storage import arrays, columnar
 from workbench.storage.rundir import RECORDS, resolve_run_dir
@@ -309,8 +309,8 @@ def parquet_path(run_dir: str | Path, *, token_times: bool | None = None) -> Pat
 _FROM_GAPS: dict[str, Any] = {
     "itl_count": len,
     "itl_sum_ms": lambda g: float(sum(g)),
-    "itl_min_ms": lambda g: min(g) if g else None,
-    "itl_max_ms": lambda g: max(g) if g else None,
+    "itl_min_ms": lambda g: min(g) if len(g) else None,  # g: a list, or an array view
+    "itl_max_ms": lambda g: max(g) if len(g) else None,
 }
 
 
@@ -585,10 +585,18 @@ class Columns:
 
     @classmethod
     def of(cls, data: Any) -> Columns:
-        """``data`` itself when it is a ``Columns``, else the columns of ``to_frame(data)``."""
+        """``data`` itself when it is a ``Columns``; a DataFrame's columns; else the columns
+        of ``to_frame(data)``'s records read as that frame's without making it
+        (``streamed``: pandas is not imported for what a summary reads; docs/virtual-time.md,
+        "Start-up")."""
         if isinstance(data, Columns):
             return data
-        return cls(_FrameSource(to_frame(data)))
+        if is_frame(data):
+            return cls(_FrameSource(data))
+        stream = FrameStream()
+        for r in as_records(data):
+            stream.add(r)
+        return cls.streamed(stream)
 
     @classmethod
     def streamed(cls, stream: FrameStream) -> Columns:

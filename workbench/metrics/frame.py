@@ -7,6 +7,7 @@ Records keep raw integer-ns timestamps; the derived columns come from
 from __future__ import annotations
 
 import dataclasses
+import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -86,6 +87,12 @@ def _derived(recs: Sequence[RequestRecord]) -> dict[str, Any]:
 def output_token_counts(recs: Sequence[RequestRecord]) -> list[int]:
     """``output_tokens`` of many records at once (one ``derive`` call, not one per record)."""
     return [int(n) for n in _derived(recs)["output_tokens"]]
+
+
+def is_frame(data: Any) -> bool:
+    """Whether ``data`` is a DataFrame, without importing pandas (none can exist before)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(data, pd.DataFrame)
 
 
 def to_frame(data: Data) -> pd.DataFrame:

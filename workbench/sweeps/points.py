@@ -19,7 +19,7 @@ import workbench.catalogs.runs as runs
 from workbench.config import RunConfig
 from workbench.metrics.distribution import QS
 from workbench.metrics.slo import SLO
-from workbench.records import RunResult
+from workbench.records import RunResult, Workload
 
 #: summary stats copied per latency metric (the catalog's latency rows)
 LATENCY = catalog.LATENCY
@@ -111,6 +111,59 @@ def pool(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: the trace a sweep's process read last (its key: ``_trace_key``); its points share it
+_READ: dict[tuple[Any, ...], Workload] = {}
+
+
+def _trace_key(cfg: RunConfig) -> tuple[Any, ...] | None:
+    """What names the workload ``cfg`` reads: its trace section and the file's identity
+    (size, modification time, inode: a file written over is read again); None for what
+    is not read from one file (a synthetic description, a folder, no such file)."""
+    import json
+    import os
+    import stat
+
+    from workbench.workloads.standard import bundled_or_path
+    from workbench.workloads.synthetic import SYNTHETIC_PREFIX
+
+    path = cfg.trace.path
+    if not path or path.startswith(SYNTHETIC_PREFIX):
+        return None
+    try:
+        st = os.stat(bundled_or_path(path))
+    except OSError:
+        return None  # load_workload says what is wrong with it
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    section = json.dumps(cfg.to_dict()["trace"], sort_keys=True, default=repr)
+    return section, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _read_once(cfg: RunConfig) -> Workload | None:
+    """``cfg``'s workload read once for every point of a sweep's process that replays the
+    same trace file (a sweep's points differ in their arrival, engine or executor, not in
+    the trace): the trace's reading and checks are paid once a process, not once a point
+    (docs/sweeps.md, "Points"). None (each run reads its own) for a trace that is
+    not one file, or a streamed workload (its units are drawn as a run asks for them)."""
+    from workbench.replay.prepare import load_workload
+
+    key = _trace_key(cfg)
+    if key is None:
+        return None
+    if key not in _READ:
+        _READ.clear()  # one trace held at a time
+        workload = load_workload(cfg)
+        if workload.streamed:
+            return workload  # used once: a stream is drawn as the run goes
+        _READ[key] = workload
+    return _READ[key]
+
+
+def forget_traces() -> None:
+    """Let go of the trace ``_read_once`` holds (a sweep run in this process is done)."""
+    _READ.clear()
+
+
 def simulate_and_measure(cfg_dict: dict[str, Any], slo: dict[str, float] | None,
                          max_error_rate: float | None = None) -> tuple[str, dict[str, Any]]:
     """``simulate`` one repeat, then its ``point_metrics``, from plain data (a worker's);
@@ -121,7 +174,8 @@ def simulate_and_measure(cfg_dict: dict[str, Any], slo: dict[str, float] | None,
     from workbench.executors.virtual import simulate
 
     wall, cpu = time.perf_counter(), time.process_time()
-    result = simulate(RunConfig.from_dict(cfg_dict), announced=True,
+    cfg = RunConfig.from_dict(cfg_dict)
+    result = simulate(cfg, workload=_read_once(cfg), announced=True,
                       max_error_rate=max_error_rate)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     run_dir = str(result.run_dir)

@@ -39,7 +39,13 @@ from workbench.plurals import counted
 from workbench.signals import die_with_parent
 from workbench.spawning import children_start, spawn_context
 from workbench.storage.rundir import contained_dir
-from workbench.sweeps.points import point_metrics, pool, run_complete, simulate_and_measure
+from workbench.sweeps.points import (
+    forget_traces,
+    point_metrics,
+    pool,
+    run_complete,
+    simulate_and_measure,
+)
 from workbench.sweeps.spec import MAX_REPEATS
 from workbench.sweeps.store import (
     RUNS,
@@ -360,11 +366,14 @@ class SweepRunner:
         flushed = {"action": "none", "ok": True,
                    "reason": "virtual time: every run starts a fresh engine core"}
         if executor is None:  # one at a time, on this thread: simulate's SIGINT/SIGTERM
-            for e, rep, cfg in jobs:  # handlers save the point's run, then stop the sweep
-                self._say(f"{e['label']} #{rep}: simulating")
-                _, metrics = simulate_and_measure(cfg.to_dict(), slo, self.max_error_rate)
-                self._record(e, rep, cfg, flushed, metrics)
-                self.save()
+            try:  # handlers save the point's run, then stop the sweep
+                for e, rep, cfg in jobs:
+                    self._say(f"{e['label']} #{rep}: simulating")
+                    _, metrics = simulate_and_measure(cfg.to_dict(), slo, self.max_error_rate)
+                    self._record(e, rep, cfg, flushed, metrics)
+                    self.save()
+            finally:  # the trace its points shared is not held past the sweep
+                forget_traces()
             return
         futures = []
         for e, rep, cfg in jobs:
