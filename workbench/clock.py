@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 T = TypeVar("T")
 
 
@@ -24,6 +26,7 @@ class Clock(Protocol):
     async def sleep_until(self, t_ns: int) -> None: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed (tests, users)
 class WallClock:
     """``time.perf_counter_ns`` with asyncio sleeps (live replays, the HTTP engine)."""
 
@@ -89,19 +92,19 @@ class _VirtualSelector(selectors.BaseSelector):
     (a socket, a pipe), every iteration polls, as before."""
 
     def __init__(self, loop_clock: VirtualTimeLoop) -> None:
-        self._real = selectors.DefaultSelector()
+        self._selector = selectors.DefaultSelector()
         self._loop = loop_clock
         self._files = 0  # registered now
         self._skip = 0  # iterations left before the next poll
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
-        key = self._real.register(fileobj, events, data)
+        key = self._selector.register(fileobj, events, data)
         self._files += 1
         self._skip = 0
         return key
 
     def unregister(self, fileobj: Any) -> selectors.SelectorKey:
-        key = self._real.unregister(fileobj)
+        key = self._selector.unregister(fileobj)
         self._files -= 1
         return key
 
@@ -113,13 +116,13 @@ class _VirtualSelector(selectors.BaseSelector):
                 self._skip -= 1
                 return []
             self._skip = WAKEUP_POLL_EVERY - 1
-        return self._real.select(0)
+        return self._selector.select(0)
 
     def close(self) -> None:
-        self._real.close()
+        self._selector.close()
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
-        return self._real.get_map()
+        return self._selector.get_map()
 
 
 class StepHandle:
@@ -136,6 +139,7 @@ class StepHandle:
         self._cancelled = True
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed (tests, users)
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop whose clock only moves when every task is waiting on a timer (public
     API only: a heap of the timers it handed out, ``call_at``; steps in a second heap)."""

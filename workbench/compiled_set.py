@@ -31,9 +31,11 @@ from types import ModuleType
 GROUP = "workbench._vt"
 #: the compiled modules, in the order mypyc is given them
 MODULES: tuple[str, ...] = (
+    "workbench.clock",
     "workbench.segments",
     "workbench.sim.cost",
     "workbench.sim.decoders",
+    "workbench.sim.engine",
     "workbench.sim.hosttier",
     "workbench.sim.kvcache",
     "workbench.sim.kvindex",

@@ -142,12 +142,36 @@ def digest(case: str) -> str:
     return line.split()[1]
 
 
-# preemption, a prefix-aware cluster, disaggregation, attention-DP ranks, the host tier,
-# SGLang's batches, the idle wake: the paths of the mypyc-compiled step loop as well
-@pytest.mark.parametrize("case", ["moon-tight", "moon-cluster-pa", "moon-disagg", "moon-dp",
-                                  "moon-host", "moon-sglang", "moon-wake"])
+# preemption, a prefix-aware and a round-robin cluster, disaggregation, attention-DP ranks,
+# the host tier, SGLang's batches, the idle wake: the paths of the mypyc-compiled step loop
+# (the engine's planning, spans and step ends among them) as well
+@pytest.mark.parametrize("case", ["moon-tight", "moon-cluster-pa", "moon-cluster-rr",
+                                  "moon-disagg", "moon-dp", "moon-host", "moon-sglang",
+                                  "moon-wake"])
 def test_compiled_and_python_replays_give_the_same_canonical_digest(case: str) -> None:
     assert digest(case) == _in_child(f"digest({case!r})", compiled=False)
+
+
+def engine_runs(seed: int) -> dict[str, Any]:
+    """An engine and a 3-worker prefix-aware cluster in virtual time through ``Engine``'s
+    own paths: spans planned, caught up by stats and a router's reads, cut by submits and
+    aborts, streams woken step by step (tests/sim/test_sim_implicit_decode.py's runs), with
+    the engines' counts of real steps and of span applications that moved blocks."""
+    from tests.sim.test_sim_implicit_decode import _cluster_run, _engine_run
+
+    one = _engine_run(True, True, EngineConfig(num_blocks=90, max_num_seqs=8), seed)
+    cluster, steps, moved = _cluster_run(True, True, {"num_blocks": 160, "max_num_seqs": 6},
+                                         seed)  # fmt: skip
+    return json.loads(json.dumps({"engine": one, "cluster": cluster, "steps": steps,
+                                  "moved": moved}))  # fmt: skip
+
+
+def test_compiled_and_python_engines_run_spans_streams_and_aborts_alike() -> None:
+    here = engine_runs(3)
+    assert here == _in_child("engine_runs(3)", compiled=False)
+    cluster = here["cluster"]
+    assert here["moved"] > 0 and here["steps"] < cluster["stats"]["steps"]  # spans ran
+    assert any(r[3] == "abort" for r in cluster["requests"].values())
 
 
 def _decoder_ops(seed: int) -> list[Any]:

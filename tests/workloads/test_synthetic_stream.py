@@ -19,7 +19,7 @@ from workbench.replay.plan import PlanStream, RoundPlan, UnitPlan
 from workbench.replay.rounds import UnitRun
 from workbench.replay.session import RecordSinks
 from workbench.report.canonical import canonical_report, report_digest
-from workbench.sim.engine import EngineRequest
+from workbench.sim.handles import EngineRequest
 from workbench.sim.scheduler import Sequence as EngineSequence
 from workbench.workloads import synthetic
 from workbench.workloads.synthetic import parse_synthetic, synthetic_stream, synthetic_workload

@@ -34,7 +34,8 @@ from workbench.plurals import noun
 from workbench.segments import Segments
 from workbench.sim.config import EngineConfig
 from workbench.sim.dp import DPWorker, RankRequest, check_dp
-from workbench.sim.engine import Engine, EngineRequest, LoadBoard, RequestOutput
+from workbench.sim.engine import Engine, LoadBoard
+from workbench.sim.handles import EngineRequest, RequestOutput
 from workbench.sim.router import Router, RouteRequest, make_router
 
 CLUSTER_KNOBS = ("workers", "router", "router_options", "disagg", "dp", "dp_placement")

@@ -42,7 +42,8 @@ from workbench.segments import Segments
 from workbench.sim import cost
 from workbench.sim import scheduler as sched
 from workbench.sim.config import EngineConfig
-from workbench.sim.engine import Engine, LoadBoard, RequestOutput, SequenceHandle
+from workbench.sim.engine import Engine, LoadBoard
+from workbench.sim.handles import RequestOutput, SequenceHandle
 
 DP_MAX = 64  # ranks per worker (a node's GPUs, several times over)
 #: rank placements: (the ranks' schedulers, requests placed so far) -> the rank; adding one

@@ -183,6 +183,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.counters = Counters()
+        #: span applications (``advance``) that took or committed blocks (tests read it)
+        self.span_block_moves = 0
         self._memo: _HeadMemo | None = None  # the blocked waiting head's hit
         # implicit decode (the first ``_ns`` running requests): ``_tick`` counts steps,
         # ``_times`` holds their end times from step ``_t0`` on, ``_kv_off`` is
@@ -508,6 +510,7 @@ class Scheduler:
         # call, except where an allocation evicts a block holding a hash among them: the
         # commit goes first there (committed first, that hash stays findable), and so
         # with a host tier (it is handed the evicted hashes) or more grows than run takes
+        moved = (kv.num_active, kv.cached_blocks())
         fb, fh = bytearray(), bytearray()
         evict = kv.host is None
         while True:
@@ -526,6 +529,8 @@ class Scheduler:
         if fb:
             self._commit_bytes(fb, fh)
         self._tick = stop
+        if (kv.num_active, kv.cached_blocks()) != moved:
+            self.span_block_moves += 1
         self.counters.steps += n
         self.counters.generation_tokens += self._ns * n
 

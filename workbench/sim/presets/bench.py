@@ -21,7 +21,8 @@ from statistics import fmean
 
 from workbench.clock import VirtualClock, run_virtual
 from workbench.sim.config import EngineConfig
-from workbench.sim.engine import Engine, EngineRequest
+from workbench.sim.engine import Engine
+from workbench.sim.handles import EngineRequest
 
 VIRTUAL_TIMEOUT_S = 7 * 24 * 3600  # virtual seconds: only a hang trips it
 
