@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -424,10 +425,10 @@ def test_stats_prints_the_agents_of_a_graph_trace(capsys: pytest.CaptureFixture[
     assert main(["stats", str(SAMPLE)]) == 0
     out = capsys.readouterr().out
     assert "format  weka (detected)" in out
-    lines = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()
-             if ln.startswith("  ") and len(ln.split()) >= 2}
-    assert (lines["agent_tasks"], lines["subagents"], lines["max_depth"],
-            lines["max_fanout"]) == ("28", "12", "1", "3")
+    lines = dict(re.split(r"\s{2,}", ln.strip(), maxsplit=1) for ln in out.splitlines()
+                 if ln.startswith("  ") and re.search(r"\S\s{2,}\S", ln))
+    assert (lines["agent tasks"], lines["sub-agents"], lines["sub-agent depth (max)"],
+            lines["sub-agents of one round (max)"]) == ("28", "12", "1", "3")
     assert main(["stats", str(data_path("tracelab/multi_session_example.csv"))]) == 0
     assert "\nagents\n" not in capsys.readouterr().out  # no graph: no agents section
 
